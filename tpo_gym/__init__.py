@@ -12,4 +12,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from tpo_gym import envs  # noqa: F401  (registers the tpo_gym/ environments)
+
 __all__ = ["__version__"]

@@ -1,0 +1,117 @@
+"""Gymnasium environments of tpo-gym, registered under the ``tpo_gym/`` namespace.
+
+``import tpo_gym`` registers them (one idempotent function, :func:`register_envs`, called at
+import). Gymnasium 1.x has no plugin entry points, so make the import explicit where a linter
+would drop it::
+
+    import gymnasium as gym
+    import tpo_gym
+
+    gym.register_envs(tpo_gym)  # no-op that documents why tpo_gym is imported
+    env = gym.make("tpo_gym/TokenReversal-v0")
+    venv = gym.make_vec("tpo_gym/TokenReversal-v0", num_envs=1024, vectorization_mode="vector_entry_point")
+
+Registered ids
+--------------
+===================================== =========================================================
+``tpo_gym/Bandit-v0``                 K-armed single-context bandit (``n_arms=100``)
+``tpo_gym/ContextualBandit-v0``       100 contexts x 10 arms (``table_seed`` fixes the table)
+``tpo_gym/MNISTBandit-v0``            MNIST contextual bandit (``split``, ``root``)
+``tpo_gym/TokenTask-v0``              token task, all kwargs (default reverse_copy, bag, V=2, H=10)
+``tpo_gym/TokenCopy-v0``              copy, bag, V=2, H=10
+``tpo_gym/TokenFlip-v0``              flip, bag, V=2, H=10
+``tpo_gym/TokenReversal-v0``          reverse_copy, bag, V=2, H=10 (SPEC Table 1)
+``tpo_gym/TokenReverseFlip-v0``       reverse_flip, bag, V=2, H=10
+``tpo_gym/TokenCopySequential-v0``    copy, sequential, V=2, H=10 (SPEC Table 2)
+``tpo_gym/TokenFlipSequential-v0``    flip, sequential, V=2, H=10
+``tpo_gym/TokenReversalSequential-v0`` reverse_copy, sequential, V=2, H=10
+``tpo_gym/TokenReverseFlipSequential-v0`` reverse_flip, sequential, V=2, H=10
+``tpo_gym/TokenReversalTerminal-v0``  reverse_copy, terminal, V=2, H=10 (SPEC Table 3; pass ``length``)
+``tpo_gym/ReasoningGym-v0``           any Reasoning Gym dataset (``dataset``, ``size``, ``seed``, config)
+===================================== =========================================================
+
+Every kwarg of the short ids can still be overridden, e.g.
+``gym.make("tpo_gym/TokenReversal-v0", vocab_size=8)``. All but ReasoningGym have a native batched
+twin (``vector_entry_point``, ``NEXT_STEP`` autoreset like ``SyncVectorEnv``).
+
+Group API (relied on by the agents)
+-----------------------------------
+* ``env.unwrapped.score_candidates(candidates) -> float32 [K]``: the reward each of K candidate
+  actions would get now, at the current state, with no side effects (no step, no copy, no RNG use).
+* ``venv.score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` on native vector envs.
+* ``venv.reset(seed=..., options={"group_size": G})`` on native vector envs: sub-envs
+  ``i*G..(i+1)*G-1`` share one context; ``num_envs % G != 0`` raises ``ValueError``.
+* :func:`tpo_gym.envs.group.group_rollout_envs` + :func:`tpo_gym.envs.group.group_reset` for any
+  other Gymnasium env: K copies reset with one seed.
+
+Details in :mod:`tpo_gym.envs.group`. Pure helpers: :func:`tpo_gym.envs.token_task.token_targets`,
+:func:`tpo_gym.envs.token_task.step_rewards`, :func:`tpo_gym.envs.bandit.correct_arm_table`,
+:func:`tpo_gym.envs.mnist_data.load_mnist`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium.envs.registration import register, registry
+
+from tpo_gym.envs.group import group_reset, group_rollout_envs, score_candidates
+
+__all__ = ["register_envs", "ENV_IDS", "score_candidates", "group_rollout_envs", "group_reset"]
+
+_M = "tpo_gym.envs"
+
+_TOKEN_SHORT_IDS: dict[str, dict[str, Any]] = {
+    "TokenCopy-v0": {"target": "copy", "reward": "bag"},
+    "TokenFlip-v0": {"target": "flip", "reward": "bag"},
+    "TokenReversal-v0": {"target": "reverse_copy", "reward": "bag"},
+    "TokenReverseFlip-v0": {"target": "reverse_flip", "reward": "bag"},
+    "TokenCopySequential-v0": {"target": "copy", "reward": "sequential"},
+    "TokenFlipSequential-v0": {"target": "flip", "reward": "sequential"},
+    "TokenReversalSequential-v0": {"target": "reverse_copy", "reward": "sequential"},
+    "TokenReverseFlipSequential-v0": {"target": "reverse_flip", "reward": "sequential"},
+    "TokenReversalTerminal-v0": {"target": "reverse_copy", "reward": "terminal"},
+}
+
+_SPECS: dict[str, dict[str, Any]] = {
+    "Bandit-v0": {
+        "entry_point": f"{_M}.bandit:BanditEnv",
+        "vector_entry_point": f"{_M}.bandit:BanditVectorEnv",
+    },
+    "ContextualBandit-v0": {
+        "entry_point": f"{_M}.bandit:ContextualBanditEnv",
+        "vector_entry_point": f"{_M}.bandit:ContextualBanditVectorEnv",
+    },
+    "MNISTBandit-v0": {
+        "entry_point": f"{_M}.mnist_bandit:MNISTBanditEnv",
+        "vector_entry_point": f"{_M}.mnist_bandit:MNISTBanditVectorEnv",
+    },
+    "TokenTask-v0": {
+        "entry_point": f"{_M}.token_task:TokenTaskEnv",
+        "vector_entry_point": f"{_M}.token_task:TokenTaskVectorEnv",
+    },
+    **{
+        name: {
+            "entry_point": f"{_M}.token_task:TokenTaskEnv",
+            "vector_entry_point": f"{_M}.token_task:TokenTaskVectorEnv",
+            "kwargs": {**kw, "vocab_size": 2, "length": 10},
+        }
+        for name, kw in _TOKEN_SHORT_IDS.items()
+    },
+    "ReasoningGym-v0": {"entry_point": f"{_M}.reasoning_gym_env:ReasoningGymEnv"},
+}
+
+#: Every id this package registers.
+ENV_IDS: tuple[str, ...] = tuple(f"tpo_gym/{name}" for name in _SPECS)
+
+
+def register_envs() -> None:
+    """Register every tpo_gym environment; safe to call any number of times (skips known ids)."""
+    for name, spec in _SPECS.items():
+        env_id = f"tpo_gym/{name}"
+        if env_id in registry:
+            continue
+        register(id=env_id, **spec)
+
+
+register_envs()

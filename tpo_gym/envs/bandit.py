@@ -1,0 +1,320 @@
+"""Bandits of the TPO paper (SPEC section 3): the single-context K-armed bandit and the
+multi-context (N contexts x K arms) bandit, each with a native batched twin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from tpo_gym.envs._common import (
+    check_candidate_matrix,
+    check_candidates,
+    check_discrete_action,
+    check_discrete_batch,
+    check_int_kwarg,
+)
+from tpo_gym.envs._vector import NativeVectorEnv
+
+
+def _check_correct_arm(correct_arm: Any, n_arms: int) -> int | None:
+    if correct_arm is None:
+        return None
+    if isinstance(correct_arm, bool) or not isinstance(correct_arm, (int, np.integer)):
+        raise ValueError(f"correct_arm must be None or an integer in [0, {n_arms}), got {correct_arm!r}")
+    if not 0 <= int(correct_arm) < n_arms:
+        raise ValueError(f"correct_arm must be in [0, {n_arms}) (n_arms={n_arms}), got {correct_arm!r}")
+    return int(correct_arm)
+
+
+class BanditEnv(gym.Env[np.ndarray, np.int64]):
+    """K-armed single-context bandit with exactly one correct arm.
+
+    ## Description
+    The single-context bandit of the TPO paper (SPEC section 3): one context, ``n_arms`` arms, one of
+    which pays 1. Every episode is a single pull. It is the smallest problem on which the update
+    direction of TPO, GRPO, PG and DG can be compared exactly.
+
+    ## Action Space
+    ``Discrete(n_arms)``: the arm to pull.
+
+    ## Observation Space
+    ``Box(0, 0, (1,), float32)``: a constant zero (there is one context); present so that generic
+    agents such as Stable-Baselines3's ``PPO`` run unchanged.
+
+    ## Rewards
+    ``1.0`` if the pulled arm is the correct arm, else ``0.0``.
+
+    ## Starting State
+    The correct arm is the ``correct_arm`` argument if given; otherwise it is drawn uniformly from
+    ``self.np_random`` at the first ``reset`` and at every ``reset(seed=...)`` with a seed, and kept
+    across unseeded resets (so one seed = one bandit problem).
+
+    ## Episode End
+    After one step: ``terminated=True, truncated=False``. ``info["is_success"]`` says whether the
+    pull was correct.
+
+    ## Arguments
+    * ``n_arms`` (int, default 100, >= 2): number of arms.
+    * ``correct_arm`` (int or None, default None): fix the correct arm instead of drawing it.
+
+    ```python
+    >>> import gymnasium as gym, tpo_gym
+    >>> env = gym.make("tpo_gym/Bandit-v0", n_arms=10, correct_arm=3)
+    ```
+
+    ## Vectorized environment
+    ``gym.make_vec("tpo_gym/Bandit-v0", num_envs=N, vectorization_mode="vector_entry_point")`` gives
+    :class:`BanditVectorEnv`: N bandits stepped with array operations (each sub-env draws its correct
+    arm from its own seed, exactly as ``SyncVectorEnv`` would).
+
+    ## Group API
+    ``score_candidates(candidates)`` returns the reward of each of K candidate arms, without
+    stepping (see :mod:`tpo_gym.envs.group`).
+
+    ## Version History
+    * v0: Initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, n_arms: int = 100, correct_arm: int | None = None) -> None:
+        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
+        self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
+        self.action_space = spaces.Discrete(self.n_arms)
+        self.observation_space = spaces.Box(0.0, 0.0, shape=(1,), dtype=np.float32)
+        self.correct_arm: int | None = self._fixed_arm
+        self._done = True
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode; draw the correct arm from the seed unless it is fixed."""
+        super().reset(seed=seed)
+        if self._fixed_arm is None and (seed is not None or self.correct_arm is None):
+            self.correct_arm = int(self.np_random.integers(self.n_arms))
+        self._done = False
+        return np.zeros(1, dtype=np.float32), {}
+
+    def _require_state(self) -> int:
+        if self._done or self.correct_arm is None:
+            raise RuntimeError("BanditEnv: the episode is over (or never started); call reset() first")
+        return self.correct_arm
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Pull one arm; the episode ends."""
+        arm = check_discrete_action(action, self.n_arms)
+        correct = self._require_state()
+        self._done = True
+        hit = arm == correct
+        return np.zeros(1, dtype=np.float32), float(hit), True, False, {"is_success": hit}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [K]`` of each candidate arm, without stepping or touching the RNG."""
+        cand = check_candidates(candidates, self.n_arms)
+        return (cand == self._require_state()).astype(np.float32)
+
+
+class BanditVectorEnv(NativeVectorEnv):
+    """Native batched :class:`BanditEnv`: ``num_envs`` independent bandits in numpy arrays.
+
+    Same spaces, rewards and seeding as ``num_envs`` copies of :class:`BanditEnv` in a
+    ``SyncVectorEnv`` (``NEXT_STEP`` autoreset). ``reset(options={"group_size": G})`` makes groups of
+    G sub-envs share one correct arm; ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    """
+
+    def __init__(self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None) -> None:
+        super().__init__(num_envs)
+        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
+        self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
+        self.single_action_space = spaces.Discrete(self.n_arms)
+        self.single_observation_space = spaces.Box(0.0, 0.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
+        self.observation_space = spaces.Box(0.0, 0.0, shape=(self.num_envs, 1), dtype=np.float32)
+        self.correct_arm = np.full(self.num_envs, -1 if correct_arm is None else int(correct_arm), np.int64)
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        if self._fixed_arm is not None:
+            return np.full(len(gens), self._fixed_arm, dtype=np.int64)
+        if not seeded:  # unseeded reset keeps the arm, like BanditEnv (marked by -1 = keep)
+            return np.full(len(gens), -1, dtype=np.int64)
+        return np.array([g.integers(self.n_arms) for g in gens], dtype=np.int64)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        keep = contexts < 0
+        self.correct_arm[env_ids[~keep]] = contexts[~keep]
+
+    def _observations(self) -> np.ndarray:
+        return np.zeros((self.num_envs, 1), dtype=np.float32)
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Pull one arm per sub-env (sub-envs awaiting autoreset are reset instead)."""
+        self._check_has_reset()
+        acts = check_discrete_batch(actions, self.n_arms, self.num_envs)
+        resetting = self._needs_reset.copy()
+        self._reset_subenvs(resetting)
+        active = ~resetting
+        hit = (acts == self.correct_arm) & active
+        rewards = hit.astype(np.float64)
+        terminated = active.copy()
+        self._needs_reset = terminated.copy()
+        info: dict[str, Any] = {}
+        if active.any():
+            self._masked_info(info, "is_success", hit, active)
+        return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [num_envs, K]`` of each candidate arm; 0 for sub-envs awaiting autoreset."""
+        self._check_has_reset()
+        cand = check_candidate_matrix(candidates, self.n_arms, self.num_envs)
+        hit = (cand == self.correct_arm[:, None]) & ~self._needs_reset[:, None]
+        return hit.astype(np.float32)
+
+
+def correct_arm_table(n_contexts: int, n_arms: int, table_seed: int) -> np.ndarray:
+    """The correct arm of each context of :class:`ContextualBanditEnv`: ``int64 [n_contexts]``.
+
+    A pure function of its arguments (``np.random.default_rng(table_seed)``), so agents and tests
+    can compute the oracle without touching an environment.
+    """
+    return np.random.default_rng(table_seed).integers(0, n_arms, size=n_contexts).astype(np.int64)
+
+
+class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
+    """Multi-context bandit: N contexts x K arms, one correct arm per context.
+
+    ## Description
+    The multi-context bandit of the TPO paper (SPEC section 3): every episode shows one of
+    ``n_contexts`` contexts, uniformly at random; each context has one correct arm out of ``n_arms``.
+    The table of correct arms is fixed by ``table_seed`` (see :func:`correct_arm_table`), so it is
+    the same problem for every episode seed.
+
+    ## Action Space
+    ``Discrete(n_arms)``: the arm to pull.
+
+    ## Observation Space
+    ``Box(0, 1, (n_contexts,), float32)``: the one-hot encoding of the context.
+
+    ## Rewards
+    ``1.0`` if the arm is the context's correct arm, else ``0.0``.
+
+    ## Starting State
+    The context is drawn uniformly from ``self.np_random`` at each reset.
+
+    ## Episode End
+    After one step: ``terminated=True, truncated=False``; ``info["is_success"]`` as the reward.
+
+    ## Arguments
+    * ``n_contexts`` (int, default 100, >= 1), ``n_arms`` (int, default 10, >= 2).
+    * ``table_seed`` (int, default 0): seed of the table of correct arms.
+
+    ## Vectorized environment
+    :class:`ContextualBanditVectorEnv` through ``vector_entry_point``; same draws as
+    ``SyncVectorEnv``.
+
+    ## Group API
+    ``score_candidates(candidates)``: reward of K candidate arms for the current context.
+
+    ## Version History
+    * v0: Initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
+        self.n_contexts = check_int_kwarg("n_contexts", n_contexts, 1)
+        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
+        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.correct_arms = correct_arm_table(self.n_contexts, self.n_arms, self.table_seed)
+        self.action_space = spaces.Discrete(self.n_arms)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32)
+        self.context: int | None = None
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.n_contexts, dtype=np.float32)
+        assert self.context is not None
+        obs[self.context] = 1.0
+        return obs
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Draw a context."""
+        super().reset(seed=seed)
+        self.context = int(self.np_random.integers(self.n_contexts))
+        return self._obs(), {}
+
+    def _require_context(self) -> int:
+        if self.context is None:
+            raise RuntimeError("ContextualBanditEnv: the episode is over (or never started); call reset()")
+        return self.context
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Pull one arm; the episode ends."""
+        arm = check_discrete_action(action, self.n_arms)
+        ctx = self._require_context()
+        obs = self._obs()
+        self.context = None
+        hit = arm == int(self.correct_arms[ctx])
+        return obs, float(hit), True, False, {"is_success": hit}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [K]`` of each candidate arm for the current context."""
+        cand = check_candidates(candidates, self.n_arms)
+        return (cand == self.correct_arms[self._require_context()]).astype(np.float32)
+
+
+class ContextualBanditVectorEnv(NativeVectorEnv):
+    """Native batched :class:`ContextualBanditEnv` (``NEXT_STEP`` autoreset, array operations).
+
+    ``reset(options={"group_size": G})`` makes groups of G sub-envs share one context;
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    """
+
+    def __init__(self, num_envs: int = 1, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
+        super().__init__(num_envs)
+        self.n_contexts = check_int_kwarg("n_contexts", n_contexts, 1)
+        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
+        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.correct_arms = correct_arm_table(self.n_contexts, self.n_arms, self.table_seed)
+        self.single_action_space = spaces.Discrete(self.n_arms)
+        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, self.n_contexts), dtype=np.float32)
+        self.contexts = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        return np.array([g.integers(self.n_contexts) for g in gens], dtype=np.int64)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        self.contexts[env_ids] = contexts
+
+    def _observations(self) -> np.ndarray:
+        obs = np.zeros((self.num_envs, self.n_contexts), dtype=np.float32)
+        obs[np.arange(self.num_envs), self.contexts] = 1.0
+        return obs
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Pull one arm per sub-env (sub-envs awaiting autoreset are reset instead)."""
+        self._check_has_reset()
+        acts = check_discrete_batch(actions, self.n_arms, self.num_envs)
+        resetting = self._needs_reset.copy()
+        active = ~resetting
+        hit = (acts == self.correct_arms[self.contexts]) & active
+        obs_before = self._observations()
+        self._reset_subenvs(resetting)
+        obs = np.where(resetting[:, None], self._observations(), obs_before)
+        self._needs_reset = active.copy()
+        info: dict[str, Any] = {}
+        if active.any():
+            self._masked_info(info, "is_success", hit, active)
+        return obs, hit.astype(np.float64), active.copy(), np.zeros(self.num_envs, np.bool_), info
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [num_envs, K]`` of each candidate arm; 0 for sub-envs awaiting autoreset."""
+        self._check_has_reset()
+        cand = check_candidate_matrix(candidates, self.n_arms, self.num_envs)
+        hit = (cand == self.correct_arms[self.contexts][:, None]) & ~self._needs_reset[:, None]
+        return hit.astype(np.float32)

@@ -1,0 +1,163 @@
+"""The MNIST contextual bandit of the TPO paper, on the real MNIST (see :mod:`tpo_gym.envs.mnist_data`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from tpo_gym.envs._common import (
+    check_candidate_matrix,
+    check_candidates,
+    check_choice_kwarg,
+    check_discrete_action,
+    check_discrete_batch,
+)
+from tpo_gym.envs._vector import NativeVectorEnv
+from tpo_gym.envs.mnist_data import load_mnist
+
+SPLITS = ("train", "test")
+
+
+class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
+    """One-step contextual bandit on MNIST: see an image, name its digit, get 1 if right.
+
+    ## Description
+    The MNIST contextual bandit of the TPO paper (SPEC section 3). Each episode shows one image drawn
+    uniformly (with replacement) from the chosen split of the real MNIST. The label is never part
+    of the observation: the agent only learns it through the reward (and, after acting, through
+    ``info["label"]``).
+
+    ## Action Space
+    ``Discrete(10)``: the predicted digit.
+
+    ## Observation Space
+    ``Box(0, 1, (784,), float32)``: the 28x28 image, pixels / 255, flattened row by row.
+
+    ## Rewards
+    ``1.0`` if the action equals the label, else ``0.0``.
+
+    ## Starting State
+    The image index is drawn uniformly from ``self.np_random`` at each reset.
+
+    ## Episode End
+    After one step: ``terminated=True, truncated=False``. ``info`` of that step carries ``label``
+    (int) and ``is_success``.
+
+    ## Arguments
+    * ``split`` ("train" or "test", default "train").
+    * ``root`` (str or None): data dir; default ``$TPO_GYM_DATA_DIR`` or ``~/.cache/tpo_gym``. Missing
+      data raise an error naming the command that fetches it, ``python -m tpo_gym.envs.mnist_data``.
+      For fast evaluation use :func:`tpo_gym.envs.mnist_data.load_mnist` directly.
+
+    ## Vectorized environment
+    :class:`MNISTBanditVectorEnv` through ``vector_entry_point``: N images per step with array
+    operations, the same draws as ``SyncVectorEnv``.
+
+    ## Group API
+    ``score_candidates(candidates)``: reward of K candidate labels for the current image.
+
+    ## Version History
+    * v0: Initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
+        self.split = check_choice_kwarg("split", split, SPLITS)
+        self.root = root
+        self._images, self._labels = load_mnist(self.split, root)
+        self.action_space = spaces.Discrete(10)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32)
+        self.index: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_images", None)
+        state.pop("_labels", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._images, self._labels = load_mnist(self.split, self.root)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Draw an image."""
+        super().reset(seed=seed)
+        self.index = int(self.np_random.integers(len(self._labels)))
+        return self._images[self.index].copy(), {}
+
+    def _require_index(self) -> int:
+        if self.index is None:
+            raise RuntimeError("MNISTBanditEnv: the episode is over (or never started); call reset()")
+        return self.index
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Name a digit; the episode ends and ``info["label"]`` reveals the label."""
+        a = check_discrete_action(action, 10)
+        idx = self._require_index()
+        self.index = None
+        label = int(self._labels[idx])
+        return self._images[idx].copy(), float(a == label), True, False, {"label": label, "is_success": a == label}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [K]`` of each candidate label for the current image."""
+        cand = check_candidates(candidates, 10)
+        return (cand == self._labels[self._require_index()]).astype(np.float32)
+
+
+class MNISTBanditVectorEnv(NativeVectorEnv):
+    """Native batched :class:`MNISTBanditEnv` (``NEXT_STEP`` autoreset, array operations).
+
+    ``reset(options={"group_size": G})`` makes groups of G sub-envs see the same image;
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    """
+
+    def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(num_envs)
+        self.split = check_choice_kwarg("split", split, SPLITS)
+        self.root = root
+        self._images, self._labels = load_mnist(self.split, root)
+        self.single_action_space = spaces.Discrete(10)
+        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, 10))
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, 784), dtype=np.float32)
+        self.indices = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        n = len(self._labels)
+        return np.array([g.integers(n) for g in gens], dtype=np.int64)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        self.indices[env_ids] = contexts
+
+    def _observations(self) -> np.ndarray:
+        return self._images[self.indices]
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Name one digit per sub-env (sub-envs awaiting autoreset are reset instead)."""
+        self._check_has_reset()
+        acts = check_discrete_batch(actions, 10, self.num_envs)
+        resetting = self._needs_reset.copy()
+        active = ~resetting
+        labels = self._labels[self.indices]
+        hit = (acts == labels) & active
+        self._reset_subenvs(resetting)
+        self._needs_reset = active.copy()
+        info: dict[str, Any] = {}
+        if active.any():
+            self._masked_info(info, "label", np.where(active, labels, 0), active)
+            self._masked_info(info, "is_success", hit, active)
+        return self._observations(), hit.astype(np.float64), active.copy(), np.zeros(self.num_envs, np.bool_), info
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [num_envs, K]`` of each candidate label; 0 for sub-envs awaiting autoreset."""
+        self._check_has_reset()
+        cand = check_candidate_matrix(candidates, 10, self.num_envs)
+        hit = (cand == self._labels[self.indices][:, None]) & ~self._needs_reset[:, None]
+        return hit.astype(np.float32)

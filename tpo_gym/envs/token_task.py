@@ -1,0 +1,285 @@
+"""Token tasks of Delightful Policy Gradient / the TPO paper: write H tokens answering a prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from tpo_gym.envs._common import (
+    check_candidate_matrix,
+    check_candidates,
+    check_choice_kwarg,
+    check_discrete_action,
+    check_discrete_batch,
+    check_int_kwarg,
+)
+from tpo_gym.envs._vector import NativeVectorEnv
+
+TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
+REWARDS = ("bag", "sequential", "terminal")
+
+
+def token_targets(prompts: np.ndarray, target: str, vocab_size: int) -> np.ndarray:
+    """The tokens the policy must write for each prompt: ``int64``, same shape as ``prompts``.
+
+    ``prompts`` has shape ``[..., H]``. copy: ``x``; flip: ``V - 1 - x``; reverse_copy: ``x`` reversed
+    along the last axis; reverse_flip: ``V - 1 - x`` reversed. A pure function (no env needed).
+    """
+    check_choice_kwarg("target", target, TARGETS)
+    x = np.asarray(prompts, dtype=np.int64)
+    if target in ("flip", "reverse_flip"):
+        x = vocab_size - 1 - x
+    if target.startswith("reverse"):
+        x = x[..., ::-1]
+    return np.ascontiguousarray(x)
+
+
+def step_rewards(correct: np.ndarray, reward: str) -> np.ndarray:
+    """Per-step rewards ``float32 [..., H]`` from the correctness ``c_t`` of a whole episode.
+
+    bag: ``r_t = c_t``; sequential: ``r_t = prod_{j<=t} c_j``; terminal: ``r_t = 0`` for ``t < H-1``
+    and ``r_{H-1} = 1{all correct}``. A pure function, handy for tests and for sequence scoring.
+    """
+    check_choice_kwarg("reward", reward, REWARDS)
+    c = np.asarray(correct).astype(bool)
+    if reward == "bag":
+        return c.astype(np.float32)
+    prefix = np.logical_and.accumulate(c, axis=-1)
+    if reward == "sequential":
+        return prefix.astype(np.float32)
+    out = np.zeros(c.shape, dtype=np.float32)
+    out[..., -1] = prefix[..., -1]
+    return out
+
+
+def _check_token_kwargs(target: str, reward: str, vocab_size: int, length: int) -> tuple[str, str, int, int]:
+    return (
+        check_choice_kwarg("target", target, TARGETS),
+        check_choice_kwarg("reward", reward, REWARDS),
+        check_int_kwarg("vocab_size", vocab_size, 2),
+        check_int_kwarg("length", length, 1),
+    )
+
+
+class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
+    """Write H tokens that answer a random prompt of H tokens (copy, flip, reverse copy, reverse flip).
+
+    ## Description
+    The token tasks of Delightful Policy Gradient used by the TPO paper (SPEC section 3). A prompt
+    ``x`` of ``length`` (H) tokens is drawn uniformly over ``[0, vocab_size)``; the agent then writes
+    H tokens, one per step. The target is ``x`` (copy), ``V-1-x`` (flip), ``x`` reversed
+    (reverse_copy) or ``V-1-x`` reversed (reverse_flip); see :func:`token_targets`.
+
+    ## Action Space
+    ``Discrete(vocab_size)``: the next token.
+
+    ## Observation Space
+    ``MultiDiscrete([V+1] * 2H)``, int64: ``[prompt (H tokens); actions so far (H slots)]``; slots not
+    written yet hold ``V`` (padding). The target is never in the observation.
+
+    ## Rewards
+    With correctness ``c_t = 1{a_t = target_t}``:
+
+    * ``bag`` (bag of tokens): ``r_t = c_t``;
+    * ``sequential``: ``r_t = prod_{j<=t} c_j`` (credit up to the first mistake);
+    * ``terminal``: ``r_t = 0`` for ``t < H-1``, ``r_{H-1} = 1{all H tokens correct}``.
+
+    ## Starting State
+    The prompt is drawn from ``self.np_random``; all action slots are padding.
+
+    ## Episode End
+    After H steps: ``terminated=True, truncated=False``. The last ``info`` carries ``token_error``
+    (fraction of wrong tokens), ``exact_match`` (bool) and ``is_success`` (= ``exact_match``).
+
+    ## Arguments
+    * ``target`` in {copy, flip, reverse_copy, reverse_flip} (default reverse_copy);
+    * ``reward`` in {bag, sequential, terminal} (default bag);
+    * ``vocab_size`` V >= 2 (default 2); ``length`` H >= 1 (default 10).
+
+    Short ids fix these for the paper's settings, e.g. ``tpo_gym/TokenReversal-v0`` = reverse_copy,
+    bag, V=2, H=10 (the full list is in :mod:`tpo_gym.envs`).
+
+    ## Vectorized environment
+    :class:`TokenTaskVectorEnv` through ``vector_entry_point``: N prompts stepped with array
+    operations (tens of times faster than ``SyncVectorEnv``, see ``benchmarks/bench_token_vec.py``);
+    ``reset(options={"group_size": G})`` gives G sub-envs the same prompt (sequence-level methods).
+
+    ## Group API
+    ``score_candidates(candidates)``: the reward each of K candidate next tokens would get now, at
+    the current prefix (sequential: ``c_k`` times the prefix product; terminal: nonzero only at the
+    last step and only if the prefix is all correct).
+
+    ## Version History
+    * v0: Initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self, target: str = "reverse_copy", reward: str = "bag", vocab_size: int = 2, length: int = 10
+    ) -> None:
+        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        v, h = self.vocab_size, self.length
+        self.action_space = spaces.Discrete(v)
+        self.observation_space = spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64)
+        self._state = np.full(2 * h, v, dtype=np.int64)  # [prompt; actions]
+        self._target = np.zeros(h, dtype=np.int64)
+        self._t = h  # == H: no episode in progress
+        self._prefix_ok = True
+        self._n_correct = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Draw a prompt; clear the action slots."""
+        super().reset(seed=seed)
+        h = self.length
+        prompt = self.np_random.integers(0, self.vocab_size, size=h).astype(np.int64)
+        self._state[:h] = prompt
+        self._state[h:] = self.vocab_size
+        self._target = token_targets(prompt, self.target, self.vocab_size)
+        self._t = 0
+        self._prefix_ok = True
+        self._n_correct = 0
+        return self._state.copy(), {}
+
+    @property
+    def prompt(self) -> np.ndarray:
+        """The current prompt (a copy)."""
+        return self._state[: self.length].copy()
+
+    def _require_active(self) -> None:
+        if self._t >= self.length:
+            raise RuntimeError("TokenTaskEnv: the episode is over (or never started); call reset() first")
+
+    def _reward_of(self, correct: np.ndarray) -> np.ndarray:
+        if self.reward == "bag":
+            return correct.astype(np.float32)
+        if self.reward == "terminal" and self._t != self.length - 1:
+            return np.zeros(correct.shape, dtype=np.float32)
+        return (correct & self._prefix_ok).astype(np.float32)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Write the next token."""
+        a = check_discrete_action(action, self.vocab_size)
+        self._require_active()
+        correct = np.bool_(a == self._target[self._t])
+        reward = float(self._reward_of(correct))
+        self._prefix_ok = bool(self._prefix_ok and correct)
+        self._n_correct += int(correct)
+        self._state[self.length + self._t] = a
+        self._t += 1
+        info: dict[str, Any] = {}
+        terminated = self._t == self.length
+        if terminated:
+            exact = self._n_correct == self.length
+            info = {"token_error": 1.0 - self._n_correct / self.length, "exact_match": exact, "is_success": exact}
+        return self._state.copy(), reward, terminated, False, info
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [K]`` of each candidate next token at the current prefix (no side effects)."""
+        cand = check_candidates(candidates, self.vocab_size)
+        self._require_active()
+        return self._reward_of(cand == self._target[self._t])
+
+
+class TokenTaskVectorEnv(NativeVectorEnv):
+    """Native batched :class:`TokenTaskEnv`: ``num_envs`` prompts in ``[N, 2H]`` arrays.
+
+    ``NEXT_STEP`` autoreset and seeding as ``SyncVectorEnv`` (identical rewards for the same seeds and
+    actions); ``reset(options={"group_size": G})`` gives sub-envs ``i*G..(i+1)*G-1`` the same prompt;
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    """
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        target: str = "reverse_copy",
+        reward: str = "bag",
+        vocab_size: int = 2,
+        length: int = 10,
+    ) -> None:
+        super().__init__(num_envs)
+        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        n, v, h = self.num_envs, self.vocab_size, self.length
+        self.single_action_space = spaces.Discrete(v)
+        self.single_observation_space = spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64)
+        self.action_space = spaces.MultiDiscrete(np.full(n, v))
+        self.observation_space = spaces.MultiDiscrete(np.full((n, 2 * h), v + 1), dtype=np.int64)
+        self._state = np.full((n, 2 * h), v, dtype=np.int64)
+        self._target = np.zeros((n, h), dtype=np.int64)
+        self._t = np.zeros(n, dtype=np.int64)
+        self._prefix_ok = np.ones(n, dtype=np.bool_)
+        self._n_correct = np.zeros(n, dtype=np.int64)
+        self._rows = np.arange(n)
+
+    @property
+    def prompts(self) -> np.ndarray:
+        """The current prompts ``int64 [num_envs, H]`` (a copy)."""
+        return self._state[:, : self.length].copy()
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        h, v = self.length, self.vocab_size
+        return np.stack([g.integers(0, v, size=h) for g in gens]).astype(np.int64, copy=False)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        h = self.length
+        self._state[env_ids, :h] = contexts
+        self._state[env_ids, h:] = self.vocab_size
+        self._target[env_ids] = token_targets(contexts, self.target, self.vocab_size)
+        self._t[env_ids] = 0
+        self._prefix_ok[env_ids] = True
+        self._n_correct[env_ids] = 0
+
+    def _observations(self) -> np.ndarray:
+        return self._state.copy()
+
+    def _rewards_of(self, correct: np.ndarray) -> np.ndarray:
+        """Rewards for correctness ``correct [N, K]`` at each sub-env's current step."""
+        if self.reward == "bag":
+            return correct.astype(np.float32)
+        ok = correct & self._prefix_ok[:, None]
+        if self.reward == "terminal":
+            ok &= (self._t == self.length - 1)[:, None]
+        return ok.astype(np.float32)
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Write one token per sub-env (sub-envs awaiting autoreset are reset instead)."""
+        self._check_has_reset()
+        acts = check_discrete_batch(actions, self.vocab_size, self.num_envs)
+        resetting = self._needs_reset.copy()
+        self._reset_subenvs(resetting)
+        active = ~resetting
+        rows = self._rows
+        t = np.minimum(self._t, self.length - 1)
+        correct = (acts == self._target[rows, t]) & active
+        rewards = self._rewards_of(correct[:, None])[:, 0].astype(np.float64) * active
+        self._prefix_ok &= correct | resetting
+        self._n_correct += correct
+        act_rows = rows[active]
+        self._state[act_rows, self.length + self._t[active]] = acts[active]
+        self._t += active
+        terminated = active & (self._t == self.length)
+        self._needs_reset = terminated.copy()
+        info: dict[str, Any] = {}
+        if terminated.any():
+            token_error = 1.0 - self._n_correct / self.length
+            exact = self._n_correct == self.length
+            self._masked_info(info, "token_error", np.where(terminated, token_error, 0.0), terminated)
+            self._masked_info(info, "exact_match", exact & terminated, terminated)
+            self._masked_info(info, "is_success", exact & terminated, terminated)
+        return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Reward ``float32 [num_envs, K]`` of K candidate next tokens per sub-env, no side effects.
+
+        Sub-envs awaiting autoreset (episode over) score 0, as the next ``step`` gives them 0.
+        """
+        self._check_has_reset()
+        cand = check_candidate_matrix(candidates, self.vocab_size, self.num_envs)
+        t = np.minimum(self._t, self.length - 1)
+        correct = (cand == self._target[self._rows, t][:, None]) & ~self._needs_reset[:, None]
+        return self._rewards_of(correct)
