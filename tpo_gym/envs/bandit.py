@@ -41,7 +41,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     ``Discrete(n_arms)``: the arm to pull.
 
     ## Observation Space
-    ``Box(0, 0, (1,), float32)``: a constant zero (there is one context); present so that generic
+    ``Box(0, 1, (1,), float32)``, always ``[0.0]`` (there is one context); present so that generic
     agents such as Stable-Baselines3's ``PPO`` run unchanged.
 
     ## Rewards
@@ -84,7 +84,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
         self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
         self.action_space = spaces.Discrete(self.n_arms)
-        self.observation_space = spaces.Box(0.0, 0.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.correct_arm: int | None = self._fixed_arm
         self._done = True
 
@@ -130,9 +130,9 @@ class BanditVectorEnv(NativeVectorEnv):
         self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
         self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
         self.single_action_space = spaces.Discrete(self.n_arms)
-        self.single_observation_space = spaces.Box(0.0, 0.0, shape=(1,), dtype=np.float32)
+        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
-        self.observation_space = spaces.Box(0.0, 0.0, shape=(self.num_envs, 1), dtype=np.float32)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, 1), dtype=np.float32)
         self.correct_arm = np.full(self.num_envs, -1 if correct_arm is None else int(correct_arm), np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:

@@ -80,7 +80,9 @@ class ReasoningGymEnv(gym.Env[str, str]):
     * any other keyword: that dataset's config, passed through to ``create_dataset``.
 
     ## Vectorized environment
-    No native batched twin; use ``gym.make_vec(..., vectorization_mode="sync")``. For K completions
+    No native batched twin; use ``gym.make_vec(..., vectorization_mode="sync")``, or "async" with
+    ``vector_kwargs={"shared_memory": False}`` (Gymnasium's shared memory cannot carry ``Text``
+    observations). For K completions
     of one question, score them with :meth:`score_candidates`.
 
     ## Group API

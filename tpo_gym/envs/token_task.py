@@ -89,6 +89,8 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Starting State
     The prompt is drawn from ``self.np_random``; all action slots are padding.
+    ``reset(options={"prompt": tokens})`` uses the given H tokens instead (evaluation on fixed
+    prompts; no random draw).
 
     ## Episode End
     After H steps: ``terminated=True, truncated=False``. The last ``info`` carries ``token_error``
@@ -137,7 +139,10 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         """Draw a prompt; clear the action slots."""
         super().reset(seed=seed)
         h = self.length
-        prompt = self.np_random.integers(0, self.vocab_size, size=h).astype(np.int64)
+        if options is not None and "prompt" in options:
+            prompt = self._check_prompt(options["prompt"])
+        else:
+            prompt = self.np_random.integers(0, self.vocab_size, size=h).astype(np.int64)
         self._state[:h] = prompt
         self._state[h:] = self.vocab_size
         self._target = token_targets(prompt, self.target, self.vocab_size)
@@ -145,6 +150,15 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         self._prefix_ok = True
         self._n_correct = 0
         return self._state.copy(), {}
+
+    def _check_prompt(self, prompt: Any) -> np.ndarray:
+        arr = np.asarray(prompt)
+        v, h = self.vocab_size, self.length
+        if arr.shape != (h,) or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"options['prompt'] must be {h} integers in [0, {v}), got {prompt!r}")
+        if arr.min() < 0 or arr.max() >= v:
+            raise ValueError(f"options['prompt'] tokens must be in [0, {v}), got {arr.tolist()}")
+        return arr.astype(np.int64)
 
     @property
     def prompt(self) -> np.ndarray:
