@@ -1,0 +1,173 @@
+"""Run kinds: the one place that maps a run spec to the experiment function that executes it.
+
+A run spec (:class:`tpo_gym.evaluation.presets.RunSpec`, as a dict) names a ``kind``, an ``algo``
+(agent class name), a ``seed``, the setting's ``params`` and the method's ``method_kwargs``.
+:func:`execute_run` runs it and returns a *run record*; it never raises: a crash becomes a
+``"failed"`` record holding the traceback.
+
+Kinds
+-----
+``tabular_single`` / ``tabular_multi``
+    :func:`tpo_gym.evaluation.tabular.single_context_bandit` / ``multi_context_bandit``;
+    ``params`` are that function's keyword arguments; logged rows ``step, error, misalignment``.
+``token``
+    an agent on a token task: ``params = {"env_id", "env_kwargs", "episodes", "policy"?,
+    "agent_kwargs"}``; ``learn(episodes * model.steps_per_iteration)``; rows are
+    ``model.history`` (``step`` = 0-indexed iteration = paper episode, ``error`` = 1 - mean
+    training reward, and the agent's diagnostics).
+``mnist``
+    an agent on ``tpo_gym/MNISTBandit-v0``: ``params = {"steps", "eval_every", "agent_kwargs",
+    "policy"?}``; rows every ``eval_every`` steps with ``test_error`` (greedy argmax on the 10k test
+    set) and ``error`` (training error, mean over the last ``eval_every`` iterations).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["RUN_KINDS", "AGENT_ALGOS", "methods_for_kind", "execute_run", "make_agent"]
+
+#: Agent class names exported by :mod:`tpo_gym` that presets may use as ``algo``.
+AGENT_ALGOS: tuple[str, ...] = ("TPO", "GRPO", "PPO", "REINFORCE", "GroupPG", "DG", "CE")
+
+#: Tabular method name of each agent algo (``tpo_gym.evaluation.tabular`` spells them lower-case).
+_TABULAR_NAME = {"TPO": "tpo", "GRPO": "grpo", "REINFORCE": "pg", "GroupPG": "group_pg", "DG": "dg", "CE": "ce"}
+
+
+def methods_for_kind(kind: str) -> tuple[str, ...]:
+    """The ``algo`` names a run kind accepts."""
+    from tpo_gym.evaluation import tabular
+
+    if kind == "tabular_single":
+        return tuple(a for a, t in _TABULAR_NAME.items() if t in tabular.SINGLE_CONTEXT_METHODS)
+    if kind == "tabular_multi":
+        return tuple(a for a, t in _TABULAR_NAME.items() if t in tabular.MULTI_CONTEXT_METHODS)
+    if kind in ("token", "mnist"):
+        return AGENT_ALGOS
+    raise KeyError(f"unknown run kind {kind!r}")
+
+
+def _limit_threads() -> None:
+    """One thread per run: runs are the unit of parallelism."""
+    import torch
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
+
+def _run_tabular_single(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    from tpo_gym.evaluation.tabular import single_context_bandit
+
+    return single_context_bandit(_TABULAR_NAME[spec["algo"]], spec["seed"], **spec["params"],
+                                 **spec["method_kwargs"])
+
+
+def _run_tabular_multi(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    from tpo_gym.evaluation.tabular import multi_context_bandit
+
+    return multi_context_bandit(_TABULAR_NAME[spec["algo"]], spec["seed"], **spec["params"],
+                                **spec["method_kwargs"])
+
+
+def make_agent(algo: str, env: Any, seed: int, params: dict[str, Any], method_kwargs: dict[str, Any]) -> Any:
+    """Build the agent of one run: the single mapping from preset data to agent arguments.
+
+    ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
+    learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
+    class ``tpo_gym.<algo>``; ``params["policy"]`` (default ``"auto"``) is its policy argument.
+    """
+    import tpo_gym
+
+    if algo not in AGENT_ALGOS:
+        raise ValueError(f"unknown agent {algo!r}; known: {', '.join(AGENT_ALGOS)}")
+    cls = getattr(tpo_gym, algo)
+    kwargs = {**params.get("agent_kwargs", {}), **method_kwargs}
+    return cls(params.get("policy", "auto"), env, seed=seed, **kwargs)
+
+
+def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+    import gymnasium as gym
+
+    import tpo_gym  # noqa: F401  (registers the tpo_gym/ namespace)
+
+    return gym.make(env_id, **env_kwargs)
+
+
+def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for h in history:
+        row: dict[str, Any] = {"step": int(h["iteration"])}
+        for k, v in h.items():
+            if k != "iteration" and isinstance(v, int | float) and not isinstance(v, bool):
+                row[k] = v if isinstance(v, int) else float(v)
+        rows.append(row)
+    return rows
+
+
+def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    p = spec["params"]
+    env = _make_env(p["env_id"], p.get("env_kwargs", {}))
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"])
+    model.learn(int(p["episodes"]) * int(model.steps_per_iteration))
+    return _history_rows(model.history)
+
+
+def _greedy_error(model: Any, images: Any, labels: Any) -> float:
+    import numpy as np
+
+    actions, _ = model.predict(images, deterministic=True)
+    return float(np.mean(np.asarray(actions).reshape(-1) != labels))
+
+
+def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    import numpy as np
+
+    from tpo_gym.envs.mnist_data import load_mnist
+
+    p = spec["params"]
+    steps, every = int(p["steps"]), int(p.get("eval_every", 200))
+    test_x, test_y = load_mnist("test")
+    env = _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})})
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"])
+    rows = [{"step": 0, "test_error": _greedy_error(model, test_x, test_y)}]
+    done = 0
+    while done < steps:
+        chunk = min(every, steps - done)
+        model.learn(chunk * int(model.steps_per_iteration), reset_num_timesteps=False)
+        done += chunk
+        train = [h["error"] for h in model.history[-chunk:]]
+        rows.append({"step": done, "test_error": _greedy_error(model, test_x, test_y),
+                     "error": float(np.mean(train))})
+    return rows
+
+
+_KIND_FUNCS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
+    "tabular_single": _run_tabular_single,
+    "tabular_multi": _run_tabular_multi,
+    "token": _run_token,
+    "mnist": _run_mnist,
+}
+#: Every run kind a preset setting may name.
+RUN_KINDS: tuple[str, ...] = tuple(_KIND_FUNCS)
+
+
+def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Execute one run spec in this process and return its record (never raises).
+
+    :return: ``{"status": "ok" | "failed", "spec", "rows", "wall_s", "traceback", "host", "pid"}``.
+    """
+    _limit_threads()
+    start = time.perf_counter()
+    record: dict[str, Any] = {"spec": spec, "host": platform.node(), "pid": os.getpid()}
+    try:
+        rows = _KIND_FUNCS[spec["kind"]](spec)
+        record.update(status="ok", rows=rows, traceback=None)
+    except Exception:  # noqa: BLE001 - a crashed run is data, not a reason to stop the others
+        record.update(status="failed", rows=[], traceback=traceback.format_exc())
+    record["wall_s"] = time.perf_counter() - start
+    return record

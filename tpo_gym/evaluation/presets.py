@@ -1,0 +1,299 @@
+"""Benchmark presets: JSON data files, loaded, validated and expanded into runs.
+
+A preset (``tpo_gym/evaluation/presets/NAME.json``) mirrors one published result of SPEC section 6.
+Its fields:
+
+``name``, ``description`` (one line), ``paper_ref`` (where in the paper), ``seeds`` (default count),
+``settings`` -- the table's columns: ``{"name", "kind", "params", "methods"?}``; ``kind`` is a run
+kind of :mod:`tpo_gym.evaluation.experiments`; ``params`` its budget and task; ``methods`` (optional)
+the subset of methods run in this setting.
+``methods`` -- the table's rows: ``{"name", "algo", "kwargs"?}``; ``algo`` is an agent class name
+(``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``), ``kwargs`` extra
+arguments of that method.
+``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final", "key", "threshold"?, "scale"?,
+"unit"?, "paper_dash"?}``; the first is the headline.
+``paper`` -- ``{metric_id: {method: {setting: value}}}``: a number, ``"-"`` (the paper's dash:
+never reached / above ``paper_dash``), a bound ``">99"`` / ``"<2.3"``, or ``null`` (not reported).
+``paper_claims`` (optional) -- the paper's qualitative statements, quoted in the report.
+``tables`` (optional) -- ``{"title", "settings", "methods"}`` groups, one report table each.
+``curves`` (optional) -- logged keys to plot (default ``["error"]``); ``log_y`` (optional bool).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
+
+__all__ = ["Preset", "RunSpec", "PresetError", "available_presets", "load_preset", "validate_preset"]
+
+_PAPER_STR = re.compile(r"^(-|[<>]\d+(\.\d+)?)$")
+_METRIC_TYPES = ("steps_to_threshold", "final")
+_NAME = re.compile(r"^[A-Za-z0-9_.=+\-() ]+$")
+
+
+class PresetError(ValueError):
+    """A preset name that does not exist, or a preset file that does not validate."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One independent run: method x setting x seed of a preset."""
+
+    preset: str
+    kind: str
+    method: str
+    algo: str
+    setting: str
+    seed: int
+    params: dict[str, Any] = field(default_factory=dict)
+    method_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of everything that determines the run's result (a changed preset reruns it)."""
+        blob = json.dumps(
+            [self.kind, self.algo, self.params, self.method_kwargs, self.seed], sort_keys=True, default=str
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def run_id(self) -> str:
+        """File-name-safe identifier ``<setting>__<method>__seed<k>``."""
+        raw = f"{self.setting}__{self.method}__seed{self.seed}"
+        return re.sub(r"[^A-Za-z0-9_.=+\-]", "_", raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (what a worker receives and what the run record stores)."""
+        return {
+            "preset": self.preset, "kind": self.kind, "method": self.method, "algo": self.algo,
+            "setting": self.setting, "seed": self.seed, "params": self.params, "method_kwargs": self.method_kwargs,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: d[k] for k in ("preset", "kind", "method", "algo", "setting", "seed", "params",
+                                        "method_kwargs")})
+
+
+@dataclass
+class Preset:
+    """A validated preset (the parsed JSON in :attr:`data`)."""
+
+    data: dict[str, Any]
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def seeds(self) -> int:
+        return int(self.data["seeds"])
+
+    @property
+    def methods(self) -> list[dict[str, Any]]:
+        return self.data["methods"]
+
+    @property
+    def settings(self) -> list[dict[str, Any]]:
+        return self.data["settings"]
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        return self.data["metrics"]
+
+    def setting_methods(self, setting: dict[str, Any]) -> list[dict[str, Any]]:
+        """The methods run in ``setting`` (all, or the setting's ``methods`` subset), in preset order."""
+        subset = setting.get("methods")
+        return [m for m in self.methods if subset is None or m["name"] in subset]
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Report tables: the preset's ``tables`` or one table with every setting and method."""
+        if self.data.get("tables"):
+            return self.data["tables"]
+        return [{"title": self.data.get("paper_ref", self.name), "settings": [s["name"] for s in self.settings],
+                 "methods": [m["name"] for m in self.methods]}]
+
+    def runs(self, n_seeds: int | None = None) -> list[RunSpec]:
+        """Expand into independent runs, seeds ``0 .. n_seeds-1`` (default: the preset's count)."""
+        n = self.seeds if n_seeds is None else n_seeds
+        out = []
+        for setting in self.settings:
+            for method in self.setting_methods(setting):
+                for seed in range(n):
+                    out.append(RunSpec(
+                        preset=self.name, kind=setting["kind"], method=method["name"], algo=method["algo"],
+                        setting=setting["name"], seed=seed, params=copy.deepcopy(setting.get("params", {})),
+                        method_kwargs=copy.deepcopy(method.get("kwargs", {})),
+                    ))
+        return out
+
+
+def _presets_dir() -> Path:
+    return Path(str(resources.files("tpo_gym.evaluation") / "presets"))
+
+
+def available_presets() -> dict[str, Path]:
+    """``{name: path}`` of the packaged presets, sorted by name."""
+    return {p.stem: p for p in sorted(_presets_dir().glob("*.json"))}
+
+
+def load_preset(name_or_path: str | Path) -> Preset:
+    """Load and validate a packaged preset by name, or a preset JSON file by path.
+
+    :raises PresetError: unknown name (with close matches and the valid names) or an invalid file.
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if text.endswith(".json") or path.is_file():
+        if not path.is_file():
+            raise PresetError(f"preset file {text!r} does not exist")
+    else:
+        presets = available_presets()
+        if text not in presets:
+            close = difflib.get_close_matches(text, list(presets), n=3, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise PresetError(
+                f"unknown preset {text!r}.{hint} Valid presets: {', '.join(presets)} (or a path to a .json file)."
+            )
+        path = presets[text]
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PresetError(f"preset file {path} is not valid JSON: {exc}") from exc
+    validate_preset(data, source=str(path))
+    return Preset(data=data, source=str(path))
+
+
+def _fail(source: str, msg: str) -> None:
+    raise PresetError(f"{source}: {msg}")
+
+
+def _check_paper_value(source: str, where: str, value: Any) -> None:
+    if value is None or isinstance(value, bool):
+        if value is None:
+            return
+        _fail(source, f"paper value at {where} must be a number, '-', '>x', '<x' or null; got {value!r}")
+    if isinstance(value, int | float):
+        if value != value or value < 0:
+            _fail(source, f"paper value at {where} must be a finite number >= 0; got {value!r}")
+        return
+    if not isinstance(value, str) or not _PAPER_STR.match(value):
+        _fail(source, f"paper value at {where} must be a number, '-', '>x', '<x' or null; got {value!r}")
+
+
+def validate_preset(data: Any, source: str = "<preset>") -> None:
+    """Check a parsed preset: required fields, known kinds and method names, well-formed paper numbers.
+
+    :raises PresetError: the first problem found, naming the field.
+    """
+    if not isinstance(data, dict):
+        _fail(source, "a preset must be a JSON object")
+    for key, typ in (("name", str), ("description", str), ("paper_ref", str), ("seeds", int),
+                     ("settings", list), ("methods", list), ("metrics", list)):
+        if key not in data:
+            _fail(source, f"missing field {key!r}")
+        if not isinstance(data[key], typ) or isinstance(data[key], bool):
+            _fail(source, f"field {key!r} must be {typ.__name__}")
+    if "\n" in data["description"] or not data["description"].strip():
+        _fail(source, "description must be one non-empty line")
+    if data["seeds"] < 1:
+        _fail(source, f"seeds must be >= 1, got {data['seeds']}")
+    if not data["settings"] or not data["methods"] or not data["metrics"]:
+        _fail(source, "settings, methods and metrics must be non-empty")
+
+    method_names: list[str] = []
+    for m in data["methods"]:
+        if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not isinstance(m.get("algo"), str):
+            _fail(source, f"each method needs string 'name' and 'algo'; got {m!r}")
+        if not _NAME.match(m["name"]):
+            _fail(source, f"method name {m['name']!r} has unsupported characters")
+        if not isinstance(m.get("kwargs", {}), dict):
+            _fail(source, f"method {m['name']!r}: kwargs must be an object")
+        method_names.append(m["name"])
+    if len(set(method_names)) != len(method_names):
+        _fail(source, f"duplicate method names in {method_names}")
+
+    setting_names: list[str] = []
+    for s in data["settings"]:
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+            _fail(source, f"each setting needs a string 'name'; got {s!r}")
+        if not _NAME.match(s["name"]):
+            _fail(source, f"setting name {s['name']!r} has unsupported characters")
+        kind = s.get("kind")
+        if kind not in RUN_KINDS:
+            _fail(source, f"setting {s['name']!r}: unknown kind {kind!r}; known: {', '.join(RUN_KINDS)}")
+        if not isinstance(s.get("params", {}), dict):
+            _fail(source, f"setting {s['name']!r}: params must be an object")
+        subset = s.get("methods")
+        if subset is not None:
+            unknown = [n for n in subset if n not in method_names]
+            if unknown:
+                _fail(source, f"setting {s['name']!r} lists unknown methods {unknown}")
+        allowed = methods_for_kind(kind)
+        for m in data["methods"]:
+            if (subset is None or m["name"] in subset) and m["algo"] not in allowed:
+                _fail(source, f"method {m['name']!r} (algo {m['algo']!r}) cannot run in setting {s['name']!r} "
+                              f"of kind {kind!r}; known algos there: {', '.join(allowed)}")
+        setting_names.append(s["name"])
+    if len(set(setting_names)) != len(setting_names):
+        _fail(source, f"duplicate setting names in {setting_names}")
+
+    metric_ids: list[str] = []
+    for mt in data["metrics"]:
+        if not isinstance(mt, dict) or not isinstance(mt.get("id"), str) or mt.get("type") not in _METRIC_TYPES:
+            _fail(source, f"each metric needs a string 'id' and a type in {_METRIC_TYPES}; got {mt!r}")
+        if not isinstance(mt.get("key", "error"), str):
+            _fail(source, f"metric {mt['id']!r}: key must be a string")
+        if mt["type"] == "steps_to_threshold" and not isinstance(mt.get("threshold"), int | float):
+            _fail(source, f"metric {mt['id']!r}: steps_to_threshold needs a numeric threshold")
+        dash = mt.get("paper_dash", "never")
+        if dash != "never" and not (isinstance(dash, str) and _PAPER_STR.match(dash) and dash != "-"):
+            _fail(source, f"metric {mt['id']!r}: paper_dash must be 'never' or a bound like '>95'")
+        metric_ids.append(mt["id"])
+    if len(set(metric_ids)) != len(metric_ids):
+        _fail(source, f"duplicate metric ids in {metric_ids}")
+
+    paper = data.get("paper", {})
+    if not isinstance(paper, dict):
+        _fail(source, "paper must be an object {metric: {method: {setting: value}}}")
+    for mid, rows in paper.items():
+        if mid not in metric_ids:
+            _fail(source, f"paper numbers for unknown metric {mid!r}")
+        if not isinstance(rows, dict):
+            _fail(source, f"paper[{mid!r}] must be an object")
+        for meth, cols in rows.items():
+            if meth not in method_names:
+                _fail(source, f"paper[{mid!r}] names unknown method {meth!r}")
+            if not isinstance(cols, dict):
+                _fail(source, f"paper[{mid!r}][{meth!r}] must be an object")
+            for sett, value in cols.items():
+                if sett not in setting_names:
+                    _fail(source, f"paper[{mid!r}][{meth!r}] names unknown setting {sett!r}")
+                _check_paper_value(source, f"paper[{mid!r}][{meth!r}][{sett!r}]", value)
+
+    for t in data.get("tables", []) or []:
+        if not isinstance(t, dict) or not isinstance(t.get("title"), str):
+            _fail(source, f"each table needs a title; got {t!r}")
+        for sett in t.get("settings", []):
+            if sett not in setting_names:
+                _fail(source, f"table {t['title']!r} names unknown setting {sett!r}")
+        for meth in t.get("methods", []):
+            if meth not in method_names:
+                _fail(source, f"table {t['title']!r} names unknown method {meth!r}")
+    curves = data.get("curves", ["error"])
+    if not isinstance(curves, list) or not all(isinstance(c, str) for c in curves):
+        _fail(source, "curves must be a list of logged keys")
+    claims = data.get("paper_claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
+        _fail(source, "paper_claims must be a list of strings")

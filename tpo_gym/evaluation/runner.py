@@ -1,0 +1,187 @@
+"""Execute a preset's runs: in parallel worker processes or on a Ray cluster; resumable.
+
+Layout of an output directory ``OUT``:
+
+* ``OUT/runs/<run_id>.json`` -- one record per finished run (``status`` ``"ok"`` with the logged
+  rows, or ``"failed"`` with the traceback), written atomically by the parent process as soon as the
+  run returns. A rerun skips every run whose record is ``"ok"`` and whose configuration hash matches;
+  failed and missing runs are (re)executed.
+* ``OUT/manifest.json`` -- the preset as run, the seed count, the command and the wall time of each
+  invocation; :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tpo_gym.evaluation._io import atomic_write_json, read_json
+from tpo_gym.evaluation.experiments import execute_run
+from tpo_gym.evaluation.presets import Preset, RunSpec
+
+__all__ = ["BACKENDS", "BenchSummary", "BackendError", "bench", "record_path", "load_record", "require_ray"]
+
+BACKENDS = ("local", "ray")
+RAY_HINT = "pip install 'tpo-gym[ray]'"
+
+
+class BackendError(RuntimeError):
+    """The requested execution backend cannot be used (e.g. Ray is not installed)."""
+
+
+@dataclass
+class BenchSummary:
+    """What one ``bench`` invocation did."""
+
+    out: Path
+    total: int
+    executed: int
+    skipped: int
+    failed: int
+    wall_s: float
+
+
+def record_path(out: Path, spec: RunSpec) -> Path:
+    """Where the record of ``spec`` lives under ``out``."""
+    return Path(out) / "runs" / f"{spec.run_id}.json"
+
+
+def load_record(out: Path, spec: RunSpec) -> dict[str, Any] | None:
+    """The stored record of ``spec`` if it exists and was made with the same configuration."""
+    path = record_path(out, spec)
+    if not path.is_file():
+        return None
+    try:
+        rec = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return rec if rec.get("config_hash") == spec.config_hash else None
+
+
+def require_ray() -> Any:
+    """Import Ray or raise :class:`BackendError` saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendError(f"--backend ray needs Ray, which is not installed: {RAY_HINT}") from exc
+    return ray
+
+
+def _failed(spec: dict[str, Any], message: str) -> dict[str, Any]:
+    return {"spec": spec, "status": "failed", "rows": [], "traceback": message, "wall_s": float("nan")}
+
+
+def _init_worker() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_local(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
+        futures = {pool.submit(execute_run, s): s for s in specs}
+        for fut in as_completed(futures):
+            try:
+                yield fut.result()
+            except Exception:  # noqa: BLE001 - the worker process itself died
+                yield _failed(futures[fut], "worker process failed:\n" + traceback.format_exc())
+
+
+def _run_ray(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    ray = require_ray()
+    started_here = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers, **kwargs)
+        started_here = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(execute_run)
+        refs = {remote.remote(s): s for s in specs}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    yield ray.get(ref)
+                except Exception:  # noqa: BLE001 - a Ray worker died or the task errored
+                    yield _failed(refs[ref], "ray task failed:\n" + traceback.format_exc())
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def bench(
+    preset: Preset,
+    out: str | os.PathLike[str],
+    seeds: int | None = None,
+    workers: int = 1,
+    backend: str = "local",
+    command: str | None = None,
+    progress: bool = True,
+) -> BenchSummary:
+    """Run every missing run of ``preset`` and store it under ``out`` (the report is built separately).
+
+    :param seeds: seeds ``0 .. seeds-1`` (default: the preset's count).
+    :param workers: parallel runs (local worker processes, or Ray CPUs when Ray is started here).
+    :param backend: ``"local"`` (``ProcessPoolExecutor``, spawn context) or ``"ray"``.
+    :param command: the command line recorded in the manifest.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    n_seeds = preset.seeds if seeds is None else int(seeds)
+    if n_seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {n_seeds}")
+    if backend == "ray":
+        require_ray()
+    out = Path(out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = read_json(manifest_path) if manifest_path.is_file() else {"invocations": []}
+    manifest.update(preset=preset.data, preset_source=preset.source, seeds=n_seeds,
+                    command=command or " ".join(sys.argv), backend=backend, workers=workers)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    atomic_write_json(manifest_path, manifest)
+
+    runs = preset.runs(n_seeds)
+    todo = [r for r in runs if (rec := load_record(out, r)) is None or rec.get("status") != "ok"]
+    by_id = {r.run_id: r for r in todo}
+    t0 = time.perf_counter()
+    failed = 0
+    if todo:
+        from tqdm.auto import tqdm
+
+        stream = (_run_local if backend == "local" else _run_ray)([r.to_dict() for r in todo], workers)
+        bar = tqdm(total=len(todo), desc=f"{preset.name} runs", unit="run", disable=not progress,
+                   initial=0, dynamic_ncols=True)
+        for rec in stream:
+            spec = RunSpec.from_dict(rec["spec"])
+            rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
+            rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            atomic_write_json(record_path(out, by_id.get(spec.run_id, spec)), rec)
+            failed += rec["status"] != "ok"
+            bar.update(1)
+            bar.set_postfix(failed=failed)
+        bar.close()
+    wall = time.perf_counter() - t0
+    manifest["invocations"].append({"started": started, "wall_s": round(wall, 3), "runs": len(runs),
+                                    "executed": len(todo), "skipped": len(runs) - len(todo), "failed": failed})
+    atomic_write_json(manifest_path, manifest)
+    return BenchSummary(out=out, total=len(runs), executed=len(todo), skipped=len(runs) - len(todo),
+                        failed=failed, wall_s=wall)
