@@ -36,6 +36,11 @@ def _positive_int(name: str):
     return parse
 
 
+def _names(text: str | None) -> list[str] | None:
+    """``"a, b"`` -> ``["a", "b"]``; ``None`` stays ``None`` (no filter)."""
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
 def _presets_epilog() -> str:
     lines = ["presets (name: description [paper reference]):"]
     for name, path in available_presets().items():
@@ -64,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="number of seeds, 0..N-1 (default: the preset's)")
     bench.add_argument("--workers", type=_positive_int("--workers"), default=1,
                        help="runs in parallel (default: 1)")
+    bench.add_argument("--settings", default=None, metavar="A,B",
+                       help="run only these settings (comma-separated names of the preset's columns)")
+    bench.add_argument("--methods", default=None, metavar="X,Y",
+                       help="run only these methods (comma-separated names of the preset's rows)")
     bench.add_argument("--out", default=None, help="output directory (default: runs/<preset>)")
     bench.add_argument("--backend", choices=("local", "ray"), default="local",
                        help="local worker processes, or a Ray cluster (pip install 'tpo-gym[ray]'; "
@@ -92,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         preset = load_preset(args.preset)
+        if args.settings or args.methods:
+            preset = preset.subset(_names(args.settings), _names(args.methods))
         if args.backend == "ray":
             require_ray()
     except (PresetError, BackendError) as exc:

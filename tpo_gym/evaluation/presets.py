@@ -124,6 +124,45 @@ class Preset:
         return [{"title": self.data.get("paper_ref", self.name), "settings": [s["name"] for s in self.settings],
                  "methods": [m["name"] for m in self.methods]}]
 
+    def subset(self, settings: list[str] | None = None, methods: list[str] | None = None) -> Preset:
+        """A preset restricted to some settings and/or methods (paper numbers and tables pruned to match).
+
+        :raises PresetError: a name that is not in the preset (with close matches).
+        """
+        data = copy.deepcopy(self.data)
+        for kind, wanted in (("settings", settings), ("methods", methods)):
+            if wanted is None:
+                continue
+            known = [x["name"] for x in data[kind]]
+            for name in wanted:
+                if name not in known:
+                    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+                    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                    raise PresetError(f"preset {self.name!r} has no {kind[:-1]} {name!r}.{hint} "
+                                      f"Its {kind}: {', '.join(known)}")
+            data[kind] = [x for x in data[kind] if x["name"] in wanted]
+        keep_s = {s["name"] for s in data["settings"]}
+        keep_m = {m["name"] for m in data["methods"]}
+        for s in data["settings"]:
+            if s.get("methods") is not None:
+                s["methods"] = [m for m in s["methods"] if m in keep_m]
+        data["settings"] = [s for s in data["settings"] if s.get("methods") is None or s["methods"]]
+        data["paper"] = {mid: {m: {s: v for s, v in cols.items() if s in keep_s}
+                               for m, cols in rows.items() if m in keep_m}
+                         for mid, rows in data.get("paper", {}).items()}
+        tables = []
+        for t in data.get("tables", []) or []:
+            t = dict(t, settings=[s for s in t.get("settings", []) if s in keep_s],
+                     methods=[m for m in t.get("methods", []) if m in keep_m])
+            if t["settings"] or not self.data.get("tables"):
+                tables.append(t)
+        if "tables" in data:
+            data["tables"] = tables
+        if not data["settings"] or not data["methods"]:
+            raise PresetError(f"preset {self.name!r}: the selection leaves no run")
+        validate_preset(data, source=f"{self.source} (subset)")
+        return Preset(data=data, source=self.source)
+
     def runs(self, n_seeds: int | None = None) -> list[RunSpec]:
         """Expand into independent runs, seeds ``0 .. n_seeds-1`` (default: the preset's count)."""
         n = self.seeds if n_seeds is None else n_seeds

@@ -172,6 +172,8 @@ def _plot(preset: Preset, cells: dict[tuple[str, str], Cell], key: str, path: Pa
             ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.2, lw=0)
         if log_y:
             ax.set_yscale("log")
+            low, high = ax.get_ylim()
+            ax.set_ylim(max(low, 1e-8), high)
         ax.set_title(setting, fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel(key)
