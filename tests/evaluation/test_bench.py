@@ -27,7 +27,7 @@ def test_tiny_preset_produces_every_output(tiny_bench: dict) -> None:
     assert len(list((out / "runs").glob("*.json"))) == 10
     assert not list(out.rglob("*.tmp")), "no temporary file may be left behind"
     report = (out / "report.md").read_text()
-    for text in ("tpo-gym", "torch", "gymnasium", "stable-baselines3", "numpy", "git commit", "command",
+    for text in ("tpo-gym", "torch", "gymnasium", "stable-baselines3", "numpy", "git commit (runs)", "command",
                  "wall time", "| TPO |", "| DG |", "IQM", "--workers 2"):
         assert text in report, text
     # the paper's value sits beside ours, and a disagreement is flagged

@@ -74,12 +74,19 @@ def _run_tabular_multi(spec: dict[str, Any]) -> list[dict[str, Any]]:
                                 **spec["method_kwargs"])
 
 
-def make_agent(algo: str, env: Any, seed: int, params: dict[str, Any], method_kwargs: dict[str, Any]) -> Any:
+#: Policy of each agent run kind unless the setting's ``params["policy"]`` names another.
+DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy"}
+
+
+def make_agent(
+    algo: str, env: Any, seed: int, params: dict[str, Any], method_kwargs: dict[str, Any], kind: str = "token"
+) -> Any:
     """Build the agent of one run: the single mapping from preset data to agent arguments.
 
     ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
     learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
-    class ``tpo_gym.<algo>``; ``params["policy"]`` (default ``"auto"``) is its policy argument.
+    class ``tpo_gym.<algo>``; ``params["policy"]`` (default :data:`DEFAULT_POLICY` of the kind) is
+    its policy argument. ``env`` is a Gymnasium env instance.
     """
     import tpo_gym
 
@@ -87,7 +94,7 @@ def make_agent(algo: str, env: Any, seed: int, params: dict[str, Any], method_kw
         raise ValueError(f"unknown agent {algo!r}; known: {', '.join(AGENT_ALGOS)}")
     cls = getattr(tpo_gym, algo)
     kwargs = {**params.get("agent_kwargs", {}), **method_kwargs}
-    return cls(params.get("policy", "auto"), env, seed=seed, **kwargs)
+    return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, **kwargs)
 
 
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
@@ -112,7 +119,7 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
     p = spec["params"]
     env = _make_env(p["env_id"], p.get("env_kwargs", {}))
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"])
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="token")
     model.learn(int(p["episodes"]) * int(model.steps_per_iteration))
     return _history_rows(model.history)
 
@@ -133,7 +140,7 @@ def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
     steps, every = int(p["steps"]), int(p.get("eval_every", 200))
     test_x, test_y = load_mnist("test")
     env = _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})})
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"])
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="mnist")
     rows = [{"step": 0, "test_error": _greedy_error(model, test_x, test_y)}]
     done = 0
     while done < steps:

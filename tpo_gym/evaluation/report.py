@@ -18,9 +18,7 @@ import csv
 import io
 import json
 import math
-import subprocess
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +26,11 @@ import numpy as np
 
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_text, read_json
+from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset, validate_preset
 from tpo_gym.evaluation.runner import load_record
 
-__all__ = ["DIAGNOSTIC_KEYS", "build_report", "package_versions", "git_commit"]
+__all__ = ["DIAGNOSTIC_KEYS", "build_report"]
 
 #: Diagnostics the agents log (SPEC 5); reported when present in the rows.
 DIAGNOSTIC_KEYS = (
@@ -39,30 +38,6 @@ DIAGNOSTIC_KEYS = (
     "mean_q_winners", "mean_q_losers", "mean_abs_adv_winners", "mean_abs_adv_losers", "misalignment",
 )
 _FLAG = "⚠"
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of tpo-gym and the libraries that determine its results."""
-    out = {}
-    for name in ("tpo-gym", "torch", "gymnasium", "stable-baselines3", "numpy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
-def git_commit() -> str:
-    """``HEAD`` of the repository holding this package (``+dirty`` if modified), or ``unknown``."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 @dataclass
@@ -263,10 +238,13 @@ def build_report(out: str | Path) -> dict[str, Path]:
     total_run_s = sum(float(rec_s) for rec_s in _run_walls(preset, out, n_seeds))
     md.append(f"# tpo-gym benchmark: `{preset.name}`\n")
     md.append(f"{preset.data['description']}  \nPaper reference: {preset.data['paper_ref']}\n")
+    bench_env = invocations[-1] if invocations else {}
     md.append("| | |\n|---|---|")
-    for name, ver in package_versions().items():
+    for name, ver in (bench_env.get("versions") or package_versions()).items():
         md.append(f"| {name} | {ver} |")
-    md.append(f"| git commit | `{git_commit()}` |")
+    commits = sorted({i["git_commit"] for i in invocations if i.get("git_commit")})
+    md.append(f"| git commit (runs) | {', '.join(f'`{c}`' for c in commits) or 'unknown'} |")
+    md.append(f"| git commit (report) | `{git_commit()}` |")
     md.append(f"| command | `{manifest.get('command', '')}` |")
     md.append(f"| seeds | {n_seeds} (0..{n_seeds - 1}) |")
     md.append(f"| backend / workers | {manifest.get('backend')} / {manifest.get('workers')} |")

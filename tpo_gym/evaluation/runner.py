@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym.evaluation._io import atomic_write_json, read_json
+from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_run
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
@@ -181,7 +182,8 @@ def bench(
         bar.close()
     wall = time.perf_counter() - t0
     manifest["invocations"].append({"started": started, "wall_s": round(wall, 3), "runs": len(runs),
-                                    "executed": len(todo), "skipped": len(runs) - len(todo), "failed": failed})
+                                    "executed": len(todo), "skipped": len(runs) - len(todo), "failed": failed,
+                                    "git_commit": git_commit(), "versions": package_versions()})
     atomic_write_json(manifest_path, manifest)
     return BenchSummary(out=out, total=len(runs), executed=len(todo), skipped=len(runs) - len(todo),
                         failed=failed, wall_s=wall)
