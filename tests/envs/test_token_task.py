@@ -64,7 +64,7 @@ def test_rewards_by_hand(target: str, reward: str) -> None:
             assert terminated == (t == 2) and truncated is False
             np.testing.assert_array_equal(obs[3 : 4 + t], actions[: t + 1])
         assert rewards == expected[reward]
-        n_wrong = sum(a != b for a, b in zip(actions, HAND_TARGETS[target]))
+        n_wrong = sum(a != b for a, b in zip(actions, HAND_TARGETS[target], strict=True))
         assert info["token_error"] == pytest.approx(n_wrong / 3)
         assert info["exact_match"] is (n_wrong == 0) and info["is_success"] is (n_wrong == 0)
         correct = np.array(actions) == np.array(HAND_TARGETS[target])
@@ -114,7 +114,7 @@ def test_vector_score_candidates_matches_step(reward: str) -> None:
         state = (venv._state.copy(), venv._t.copy(), venv._prefix_ok.copy(), venv._needs_reset.copy())
         scores = venv.score_candidates(cand)
         assert scores.dtype == np.float32 and scores.shape == (16, 5)
-        for arr, old in zip((venv._state, venv._t, venv._prefix_ok, venv._needs_reset), state):
+        for arr, old in zip((venv._state, venv._t, venv._prefix_ok, venv._needs_reset), state, strict=True):
             np.testing.assert_array_equal(arr, old)
         for k in range(5):
             np.testing.assert_array_equal(copy.deepcopy(venv).step(cand[:, k])[1], scores[:, k])
