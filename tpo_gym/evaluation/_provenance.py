@@ -21,12 +21,17 @@ def package_versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    """``HEAD`` of the repository holding this package (``+dirty`` if modified), or ``unknown``."""
+    """``HEAD`` of the repository holding this package, or ``unknown``.
+
+    ``+dirty`` is appended when any file of the package (``tpo_gym/``) is modified or untracked, i.e.
+    when the code that ran is not exactly the commit.
+    """
     here = Path(__file__).resolve().parent
+    package = here.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", str(package)], cwd=here,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

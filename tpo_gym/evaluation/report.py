@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,8 @@ def _plot(preset: Preset, cells: dict[tuple[str, str], Cell], key: str, path: Pa
                 continue
             mean = M.seed_mean_curve(mat)
             n = np.sum(~np.isnan(mat), axis=0)
-            with np.errstate(invalid="ignore", divide="ignore"):
+            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 se = np.where(n > 1, np.nanstd(mat, axis=0, ddof=min(1, mat.shape[0] - 1)) / np.sqrt(n), 0.0)
             (line,) = ax.plot(steps, mean, label=f"{method} (n={len(cell.rows)})", lw=1.4)
             ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.2, lw=0)
