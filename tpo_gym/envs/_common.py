@@ -122,3 +122,47 @@ def seed_generators(seed: int | Sequence[int | None] | None, num_envs: int) -> l
         if len(seeds) != num_envs:
             raise ValueError(f"seed must be an int, None or a list of {num_envs} seeds, got {len(seeds)}")
     return [seeding.np_random(s)[0] for s in seeds]
+
+
+_TWO_64 = 1 << 64
+_MAX_CODE = 1 << 62
+
+
+def draw_uniform(gens: Sequence[np.random.Generator], n: int) -> np.ndarray:
+    """One exactly uniform integer in ``[0, n)`` from each generator: ``int64 [len(gens)]``.
+
+    Each generator contributes one raw 64-bit word of its bit generator (rejection sampling redraws
+    the rare word above the largest multiple of ``n``, so the result is exactly uniform). Single envs
+    call it with ``[self.np_random]`` and native vector envs with one generator per sub-env, so both
+    draw the same contexts from the same seeds; per generator it costs one cheap call, which is what
+    makes native resets fast. ``1 <= n <= 2**62``.
+    """
+    if not 1 <= n <= _MAX_CODE:
+        raise ValueError(f"n must be in [1, 2**62], got {n}")
+    raw = np.fromiter((g.bit_generator.random_raw() for g in gens), dtype=np.uint64, count=len(gens))
+    limit = (_TWO_64 // n) * n
+    if limit < _TWO_64:
+        for i in np.flatnonzero(raw >= np.uint64(limit)).tolist():
+            word = gens[i].bit_generator.random_raw()
+            while word >= limit:
+                word = gens[i].bit_generator.random_raw()
+            raw[i] = word
+    return (raw % np.uint64(n)).astype(np.int64)
+
+
+def draw_tokens(gens: Sequence[np.random.Generator], vocab_size: int, length: int) -> np.ndarray:
+    """``length`` i.i.d. uniform tokens in ``[0, vocab_size)`` per generator: ``int64 [len(gens), length]``.
+
+    Tokens are the base-``vocab_size`` digits of :func:`draw_uniform` codes, as many tokens per code
+    as fit in 62 bits (one code for the paper's V=2..16, H<=10), drawn chunk by chunk.
+    """
+    per_code = 1
+    while vocab_size ** (per_code + 1) <= _MAX_CODE:
+        per_code += 1
+    out = np.empty((len(gens), length), dtype=np.int64)
+    for start in range(0, length, per_code):
+        k = min(per_code, length - start)
+        codes = draw_uniform(gens, vocab_size**k)
+        powers = vocab_size ** np.arange(k, dtype=np.int64)
+        out[:, start : start + k] = (codes[:, None] // powers) % vocab_size
+    return out

@@ -15,6 +15,7 @@ from tpo_gym.envs._common import (
     check_discrete_action,
     check_discrete_batch,
     check_int_kwarg,
+    draw_uniform,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
 
@@ -94,7 +95,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         """Start an episode; draw the correct arm from the seed unless it is fixed."""
         super().reset(seed=seed)
         if self._fixed_arm is None and (seed is not None or self.correct_arm is None):
-            self.correct_arm = int(self.np_random.integers(self.n_arms))
+            self.correct_arm = int(draw_uniform([self.np_random], self.n_arms)[0])
         self._done = False
         return np.zeros(1, dtype=np.float32), {}
 
@@ -140,7 +141,7 @@ class BanditVectorEnv(NativeVectorEnv):
             return np.full(len(gens), self._fixed_arm, dtype=np.int64)
         if not seeded:  # unseeded reset keeps the arm, like BanditEnv (marked by -1 = keep)
             return np.full(len(gens), -1, dtype=np.int64)
-        return np.array([g.integers(self.n_arms) for g in gens], dtype=np.int64)
+        return draw_uniform(gens, self.n_arms)
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         keep = contexts < 0
@@ -243,7 +244,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw a context."""
         super().reset(seed=seed)
-        self.context = int(self.np_random.integers(self.n_contexts))
+        self.context = int(draw_uniform([self.np_random], self.n_contexts)[0])
         return self._obs(), {}
 
     def _require_context(self) -> int:
@@ -286,7 +287,7 @@ class ContextualBanditVectorEnv(NativeVectorEnv):
         self.contexts = np.zeros(self.num_envs, dtype=np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        return np.array([g.integers(self.n_contexts) for g in gens], dtype=np.int64)
+        return draw_uniform(gens, self.n_contexts)
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         self.contexts[env_ids] = contexts

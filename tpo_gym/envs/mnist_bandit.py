@@ -15,6 +15,7 @@ from tpo_gym.envs._common import (
     check_choice_kwarg,
     check_discrete_action,
     check_discrete_batch,
+    draw_uniform,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
 from tpo_gym.envs.mnist_data import load_mnist
@@ -89,7 +90,7 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw an image."""
         super().reset(seed=seed)
-        self.index = int(self.np_random.integers(len(self._labels)))
+        self.index = int(draw_uniform([self.np_random], len(self._labels))[0])
         return self._images[self.index].copy(), {}
 
     def _require_index(self) -> int:
@@ -130,8 +131,7 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
         self.indices = np.zeros(self.num_envs, dtype=np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        n = len(self._labels)
-        return np.array([g.integers(n) for g in gens], dtype=np.int64)
+        return draw_uniform(gens, len(self._labels))
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         self.indices[env_ids] = contexts

@@ -15,6 +15,7 @@ from tpo_gym.envs._common import (
     check_discrete_action,
     check_discrete_batch,
     check_int_kwarg,
+    draw_tokens,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
 
@@ -142,7 +143,7 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         if options is not None and "prompt" in options:
             prompt = self._check_prompt(options["prompt"])
         else:
-            prompt = self.np_random.integers(0, self.vocab_size, size=h).astype(np.int64)
+            prompt = draw_tokens([self.np_random], self.vocab_size, h)[0]
         self._state[:h] = prompt
         self._state[h:] = self.vocab_size
         self._target = token_targets(prompt, self.target, self.vocab_size)
@@ -236,8 +237,7 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         return self._state[:, : self.length].copy()
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        h, v = self.length, self.vocab_size
-        return np.stack([g.integers(0, v, size=h) for g in gens]).astype(np.int64, copy=False)
+        return draw_tokens(gens, self.vocab_size, self.length)
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         h = self.length
