@@ -1,1 +1,39 @@
-"""Stable-Baselines3-style agents: TPO and the paper's baselines."""
+"""Stable-Baselines3-style agents: TPO and the paper's baselines.
+
+=============== ======================================================================
+``TPO``         Target Policy Optimization (token / sequence level, ``candidates="single"``
+                for MNIST, ``anchor=False`` ablation)
+``GRPO``        GRPO with k3 KL (``beta=0.0``, ``mask_zero_variance=True`` ablations)
+``GroupPG``     TPO's groups with scalar weighting (ablation)
+``PPO``         the paper's critic-free PPO (not SB3's)
+``REINFORCE``   policy gradient with a batch-mean or expected-reward baseline
+``DG``          Delightful Policy Gradient
+``CE``          the supervised oracle
+=============== ======================================================================
+
+All share :class:`~tpo_gym.agents.base.GroupAlgorithm` (SB3 ``BaseAlgorithm``): ``learn``,
+``predict``, ``save`` / ``load``, SB3 callbacks and logger, ``history``, ``steps_per_iteration``.
+"""
+
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.ce import CE
+from tpo_gym.agents.group_pg import GroupPG
+from tpo_gym.agents.grpo import GRPO
+from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, MuonAdamW, TransformerPolicy
+from tpo_gym.agents.single import DG, PPO, REINFORCE
+from tpo_gym.agents.tpo import TPO
+
+__all__ = [
+    "TPO",
+    "GRPO",
+    "GroupPG",
+    "PPO",
+    "REINFORCE",
+    "DG",
+    "CE",
+    "GroupAlgorithm",
+    "CategoricalPolicy",
+    "MlpPolicy",
+    "TransformerPolicy",
+    "MuonAdamW",
+]

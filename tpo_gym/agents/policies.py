@@ -1,0 +1,445 @@
+"""Policies of the tpo-gym agents: an MLP (bandits, MNIST) and the causal transformer of the token tasks.
+
+Both are Stable-Baselines3 :class:`~stable_baselines3.common.policies.BasePolicy` subclasses, so
+``model.predict``, ``model.policy.save`` and SB3's evaluation helpers work unchanged. A policy maps
+observations to the logits of a categorical distribution over a ``Discrete`` action space; the
+agents only need two methods:
+
+* :meth:`CategoricalPolicy.action_logits` -- ``[N, *obs_shape] -> [N, n_actions]`` for a batch of
+  states (used while collecting rollouts);
+* :meth:`CategoricalPolicy.step_logits` -- ``[N, T, *obs_shape] -> [N, T, n_actions]`` for whole
+  trajectories (used in the update). The transformer evaluates a trajectory in **one** forward pass of
+  its last observation, because the observation of step ``t`` is a prefix of it.
+
+The optimiser is built by the policy (SB3 convention: ``policy.optimizer``). The transformer default
+is :class:`MuonAdamW`: ``torch.optim.Muon`` on every 2-D weight matrix and AdamW on the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+__all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW"]
+
+
+# --------------------------------------------------------------------------------------------
+# optimiser
+# --------------------------------------------------------------------------------------------
+class MuonAdamW(torch.optim.Optimizer):
+    """``torch.optim.Muon`` on the 2-D weight matrices, ``torch.optim.AdamW`` on every other parameter.
+
+    This is the optimiser of the paper's token experiments (SPEC section 4: "Muon at lr 1e-3 on 2-D
+    weight matrices, AdamW on the rest"). Choices, documented because the paper does not spell them out:
+
+    * **Which parameters get Muon**: every 2-D parameter, *including* the token / position embeddings
+      and the output head, as in ``optax.contrib.muon`` (the JAX optimiser of the reference code), which
+      applies Muon to all 2-D parameters and Adam to the others. ``muon_on_embeddings=False`` in
+      :class:`TransformerPolicy` moves embeddings and head to AdamW (Keller Jordan's convention).
+    * **Learning-rate scale**: ``adjust_lr_fn="match_rms_adamw"`` (Muon update scaled by
+      ``0.2 * sqrt(max(rows, cols))``), so that lr 1e-3 moves every weight matrix as much, in RMS, as
+      AdamW at lr 1e-3 does. With torch's ``"original"`` scale (``sqrt(max(1, rows / cols))``) a
+      ``64 x 64`` matrix moves ~8x less per step and the token task needs several times more episodes
+      than the paper's 58 (``benchmarks/bench_tpo_token.py`` measures both).
+    * **No weight decay** (Muon's torch default is 0.1; optax's muon and its Adam part default to 0).
+
+    SB3's learning-rate schedule writes ``param_groups[i]["lr"]``; both inner optimisers share the
+    schedule. ``state_dict`` / ``load_state_dict`` hold both inner states, so ``save``/``load``
+    resume training exactly.
+
+    :param params: parameters (tensors) to optimise; 2-D ones go to Muon unless listed in
+        ``adamw_params``.
+    :param lr: learning rate of both parts.
+    :param weight_decay: decoupled weight decay of both parts (default 0).
+    :param momentum: Muon momentum (default 0.95, Nesterov).
+    :param adjust_lr_fn: Muon's per-matrix learning-rate scale, ``"match_rms_adamw"`` (default) or
+        ``"original"``.
+    :param betas: AdamW betas.
+    :param eps: AdamW epsilon.
+    :param adamw_params: parameters that must go to AdamW even if 2-D (e.g. embeddings).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        momentum: float = 0.95,
+        adjust_lr_fn: str = "match_rms_adamw",
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        adamw_params: Iterable[torch.Tensor] = (),
+    ) -> None:
+        params = list(params)
+        if not params or not all(isinstance(p, torch.Tensor) for p in params):
+            raise ValueError("MuonAdamW expects a non-empty iterable of parameter tensors")
+        forced = {id(p) for p in adamw_params}
+        matrices = [p for p in params if p.ndim == 2 and id(p) not in forced]
+        rest = [p for p in params if not (p.ndim == 2 and id(p) not in forced)]
+        if adjust_lr_fn not in ("match_rms_adamw", "original"):
+            raise ValueError(f"adjust_lr_fn must be 'match_rms_adamw' or 'original', got {adjust_lr_fn!r}")
+        self.defaults = {"lr": lr, "weight_decay": weight_decay}
+        self._optimizers: list[torch.optim.Optimizer] = []
+        if matrices:
+            self._optimizers.append(
+                torch.optim.Muon(
+                    matrices, lr=lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=adjust_lr_fn
+                )
+            )
+        if rest:
+            self._optimizers.append(torch.optim.AdamW(rest, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The param groups of both inner optimisers (the same dict objects: writing ``lr`` works)."""
+        return [g for opt in self._optimizers for g in opt.param_groups]
+
+    @property
+    def state(self) -> dict[Any, Any]:  # type: ignore[override]
+        """Merged per-parameter state of both inner optimisers."""
+        merged: dict[Any, Any] = {}
+        for opt in self._optimizers:
+            merged.update(opt.state)
+        return merged
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every parameter."""
+        for opt in self._optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        """One step of both inner optimisers (closures are not supported)."""
+        if closure is not None:
+            raise ValueError("MuonAdamW.step does not support closures")
+        for opt in self._optimizers:
+            opt.step()
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """``{"optimizers": [muon_state, adamw_state]}``."""
+        return {"optimizers": [opt.state_dict() for opt in self._optimizers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:  # type: ignore[override]
+        """Load the states written by :meth:`state_dict`."""
+        states = state_dict.get("optimizers")
+        if states is None or len(states) != len(self._optimizers):
+            raise ValueError("state_dict does not come from a MuonAdamW with the same parameter split")
+        for opt, sd in zip(self._optimizers, states, strict=True):
+            opt.load_state_dict(sd)
+
+    def __repr__(self) -> str:
+        return f"MuonAdamW({', '.join(type(o).__name__ for o in self._optimizers)}, lr={self.defaults['lr']})"
+
+
+# --------------------------------------------------------------------------------------------
+# base
+# --------------------------------------------------------------------------------------------
+class CategoricalPolicy(BasePolicy):
+    """A policy with a categorical distribution over a ``Discrete`` action space.
+
+    :param observation_space: observation space.
+    :param action_space: a ``Discrete`` action space.
+    :param lr_schedule: learning-rate schedule (SB3 convention); the initial value builds the optimiser.
+    :param optimizer_class: optimiser class.
+    :param optimizer_kwargs: extra optimiser keyword arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
+        super().__init__(
+            observation_space,
+            action_space,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=False,
+        )
+        self.n_actions = int(action_space.n)
+
+    def _build_optimizer(self, lr_schedule: Schedule) -> None:
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def action_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, n_actions]`` for a batch of observations ``[N, *obs_shape]``."""
+        raise NotImplementedError
+
+    def rollout_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """An ``obs -> logits`` function for the steps of one batch of episodes (may keep a cache)."""
+        return self.action_logits
+
+    def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, T, n_actions]`` for trajectories of observations ``[N, T, *obs_shape]``."""
+        n, t = obs.shape[:2]
+        return self.action_logits(obs.reshape(n * t, *obs.shape[2:])).reshape(n, t, self.n_actions)
+
+    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions for a batch of observations: the argmax (``deterministic``) or a sample."""
+        return self._predict(obs, deterministic)
+
+    def _predict(self, observation: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        logits = self.action_logits(observation)
+        if deterministic:
+            return logits.argmax(dim=-1)
+        return torch.distributions.Categorical(logits=logits).sample()
+
+
+# --------------------------------------------------------------------------------------------
+# MLP
+# --------------------------------------------------------------------------------------------
+class MlpPolicy(CategoricalPolicy):
+    """Multi-layer perceptron over the (flattened, preprocessed) observation: 784-50-50-10 ReLU on MNIST.
+
+    Observations go through SB3's ``preprocess_obs`` (``Discrete`` / ``MultiDiscrete`` one-hot,
+    ``Box`` as float), are flattened and fed to ``Linear``-``activation`` layers of widths
+    ``net_arch`` and a linear head with one logit per action. Default optimiser: Adam (lr from the
+    agent, 1e-3 by default), as the paper's MNIST runs.
+
+    :param observation_space: observation space (Box, Discrete or MultiDiscrete).
+    :param action_space: a ``Discrete`` action space.
+    :param lr_schedule: learning-rate schedule.
+    :param net_arch: hidden layer widths (default ``[50, 50]``).
+    :param activation_fn: activation class (default ``nn.ReLU``).
+    :param optimizer_class: optimiser class (default ``torch.optim.Adam``).
+    :param optimizer_kwargs: extra optimiser keyword arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: Sequence[int] = (50, 50),
+        activation_fn: type[nn.Module] = nn.ReLU,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(observation_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            raise ValueError(
+                f"MlpPolicy supports Box, Discrete, MultiDiscrete and MultiBinary observations, got {observation_space}"
+            )
+        super().__init__(observation_space, action_space, lr_schedule, optimizer_class, optimizer_kwargs)
+        self.net_arch = [int(w) for w in net_arch]
+        if any(w < 1 for w in self.net_arch):
+            raise ValueError(f"net_arch widths must be >= 1, got {list(net_arch)}")
+        self.activation_fn = activation_fn
+        in_dim = int(spaces.flatdim(observation_space))
+        layers: list[nn.Module] = []
+        for width in self.net_arch:
+            layers += [nn.Linear(in_dim, width), activation_fn()]
+            in_dim = width
+        layers.append(nn.Linear(in_dim, self.n_actions))
+        self.net = nn.Sequential(*layers)
+        self._build_optimizer(lr_schedule)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(net_arch=self.net_arch, activation_fn=self.activation_fn)
+        return data
+
+    def action_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, n_actions]``."""
+        x = preprocess_obs(obs, self.observation_space, normalize_images=False)
+        return self.net(x.float().reshape(x.shape[0], -1))
+
+
+# --------------------------------------------------------------------------------------------
+# causal transformer
+# --------------------------------------------------------------------------------------------
+class _Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(ln(x))``, ``x + ffn(ln(x))``; causal, no dropout."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ff1 = nn.Linear(d_model, d_ff)
+        self.ff2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Apply the block to ``x`` ``[N, L, d]``.
+
+        With ``cache`` (a list, empty on the first call) the keys / values of earlier calls are
+        reused and this call's are appended: incremental decoding, one new position at a time after
+        the first (causal) chunk.
+        """
+        n, length, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        shape = (n, length, self.n_heads, d // self.n_heads)
+        q, k, v = (z.reshape(shape).transpose(1, 2) for z in (q, k, v))
+        causal = True
+        if cache is not None:
+            if cache:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+                causal = length > 1
+                if causal:
+                    raise ValueError("incremental decoding takes one new position per call after the first")
+            cache[:] = [k, v]
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+class TransformerPolicy(CategoricalPolicy):
+    """The causal transformer of the token tasks (SPEC section 4).
+
+    Input: the observation ``[prompt (H tokens); actions so far (H slots, padding = V)]`` of a
+    ``MultiDiscrete([V + 1] * 2H)`` space. Token embedding (vocabulary ``V + 1``, the padding token
+    included) plus learned position embedding, ``n_layers`` pre-norm blocks (causal multi-head
+    attention, FFN with GELU), a final LayerNorm and a linear head to ``V`` logits. No dropout. The
+    logits of the ``t``-th action are read at position ``H - 1 + t`` (the last written token), so a
+    whole trajectory is scored by one forward pass of its last observation.
+
+    Defaults: 2 layers, ``d_model`` 64, 4 heads, FFN 256 (about 100k parameters for V = 2, H = 10);
+    optimiser :class:`MuonAdamW` (Muon on 2-D weights, AdamW on biases / LayerNorms). Initialisation:
+    PyTorch's defaults for ``Linear`` / ``LayerNorm``; embeddings ``N(0, 1)``.
+
+    :param observation_space: ``MultiDiscrete([V + 1] * 2H)``.
+    :param action_space: ``Discrete(V)``.
+    :param lr_schedule: learning-rate schedule.
+    :param d_model: model width.
+    :param n_layers: number of blocks.
+    :param n_heads: attention heads (must divide ``d_model``).
+    :param d_ff: FFN hidden width.
+    :param muon_on_embeddings: with the default optimiser, also apply Muon to the embeddings and the
+        head (default, as optax's muon); ``False`` moves them to AdamW.
+    :param optimizer_class: optimiser class (default :class:`MuonAdamW`).
+    :param optimizer_kwargs: extra optimiser keyword arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        d_ff: int = 256,
+        muon_on_embeddings: bool = True,
+        optimizer_class: type[torch.optim.Optimizer] = MuonAdamW,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"TransformerPolicy needs a Discrete(V) action space, got {action_space}")
+        vocab = int(action_space.n)
+        if (
+            not isinstance(observation_space, spaces.MultiDiscrete)
+            or observation_space.nvec.ndim != 1
+            or observation_space.nvec.shape[0] % 2 != 0
+            or not np.all(observation_space.nvec == vocab + 1)
+        ):
+            raise ValueError(
+                "TransformerPolicy needs a token-task observation space MultiDiscrete([V + 1] * 2H) with "
+                f"V = action_space.n = {vocab}; got {observation_space}"
+            )
+        if d_model < 1 or n_layers < 1 or n_heads < 1 or d_ff < 1 or d_model % n_heads != 0:
+            raise ValueError(
+                f"need d_model, n_layers, n_heads, d_ff >= 1 and n_heads | d_model; got d_model={d_model}, "
+                f"n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}"
+            )
+        super().__init__(observation_space, action_space, lr_schedule, optimizer_class, optimizer_kwargs)
+        self.vocab_size = vocab
+        self.horizon = int(observation_space.nvec.shape[0]) // 2
+        self.d_model, self.n_layers, self.n_heads, self.d_ff = d_model, n_layers, n_heads, d_ff
+        self.muon_on_embeddings = muon_on_embeddings
+        self.tok_emb = nn.Embedding(vocab + 1, d_model)
+        self.pos_emb = nn.Embedding(2 * self.horizon, d_model)
+        self.blocks = nn.ModuleList([_Block(d_model, n_heads, d_ff) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+        if optimizer_class is MuonAdamW and not muon_on_embeddings:
+            self.optimizer_kwargs = {
+                **self.optimizer_kwargs,
+                "adamw_params": [self.tok_emb.weight, self.pos_emb.weight, self.head.weight],
+            }
+        self._build_optimizer(lr_schedule)
+        self.optimizer_kwargs.pop("adamw_params", None)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            muon_on_embeddings=self.muon_on_embeddings,
+        )
+        return data
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Final hidden states ``[N, L, d_model]`` of token sequences ``[N, L]`` (``L <= 2H``)."""
+        length = tokens.shape[1]
+        x = self.tok_emb(tokens.long()) + self.pos_emb.weight[:length]
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x)
+
+    def action_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, V]`` of the next token of each observation ``[N, 2H]``."""
+        h = self.horizon
+        obs = obs.reshape(-1, 2 * h).long()
+        written = (obs[:, h:] != self.vocab_size).sum(dim=1).clamp(max=h - 1)
+        length = h + int(written.max()) if obs.shape[0] else h
+        hid = self.hidden(obs[:, :length])  # causal: later (padding) positions cannot matter
+        rows = torch.arange(obs.shape[0], device=obs.device)
+        return self.head(hid[rows, h - 1 + written])
+
+    def rollout_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A stateful ``obs -> logits`` function for one rollout, with a key/value cache.
+
+        Call it on the observations of steps 0, 1, 2, ... of one batch of episodes; each call after
+        the first processes only the token written since the previous call. If the batch is not in
+        lock-step (rows at different steps) or a step is skipped, it falls back to
+        :meth:`action_logits`. Same logits as :meth:`action_logits` up to float rounding.
+        """
+        caches: list[list[torch.Tensor]] = [[] for _ in self.blocks]
+        expected = [0]
+        h = self.horizon
+
+        def decode(obs: torch.Tensor) -> torch.Tensor:
+            obs = obs.reshape(-1, 2 * h).long()
+            written = (obs[:, h:] != self.vocab_size).sum(dim=1)
+            t = int(written[0]) if obs.shape[0] else 0
+            if t != expected[0] or t >= h or not bool((written == t).all()):
+                expected[0] = -1  # out of lock-step: no more caching for this rollout
+                return self.action_logits(obs)
+            if t == 0:
+                x = self.tok_emb(obs[:, :h]) + self.pos_emb.weight[:h]
+            else:
+                x = self.tok_emb(obs[:, h + t - 1 : h + t]) + self.pos_emb.weight[h + t - 1 : h + t]
+            for block, cache in zip(self.blocks, caches, strict=True):
+                x = block(x, cache)
+            expected[0] = t + 1
+            return self.head(self.ln_f(x[:, -1]))
+
+        return decode
+
+    def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, T, V]`` of trajectories ``[N, T, 2H]``: one forward of the last observation.
+
+        Valid because the observation of step ``t`` is a prefix of the last one (the tokens written
+        later sit at positions that step ``t`` cannot attend to).
+        """
+        h, t = self.horizon, obs.shape[1]
+        last = obs[:, -1].long()
+        hid = self.hidden(last[:, : h - 1 + t])
+        return self.head(hid[:, h - 1 : h - 1 + t])
