@@ -335,6 +335,8 @@ class GroupAlgorithm(BaseAlgorithm):
         if batch is None:
             raise RuntimeError("no rollout batch: call collect_rollouts() first")
         self.policy.set_training_mode(True)
+        if not hasattr(self, "_logger"):  # train() called outside learn()
+            self._logger = configure_logger(0)
         self._update_learning_rate(self.policy.optimizer)
         fixed, diagnostics = self.prepare(batch)
         optimizer = self.policy.optimizer

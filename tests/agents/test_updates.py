@@ -1,0 +1,154 @@
+"""On a fixed batch, each agent's update is one optimiser step on its objective from tpo_gym.objectives.
+
+The expected update is built independently: log-probabilities from the policy's per-state
+``action_logits`` (not the trajectory shortcut ``step_logits`` the agents use), the loss assembled
+directly from :mod:`tpo_gym.objectives`, and a plain SGD step ``theta - lr * grad``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tests.agents.conftest import bandit_env, params_of, token_env
+from tpo_gym import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG
+from tpo_gym import objectives as O
+
+LR = 0.05
+SGD = {"optimizer_class": torch.optim.SGD}
+
+
+def _stepwise_logp(policy: Any, obs: torch.Tensor) -> torch.Tensor:
+    """log pi ``[N, T, A]`` from one ``action_logits`` call per state."""
+    n, t = obs.shape[:2]
+    logits = policy.action_logits(obs.reshape(n * t, *obs.shape[2:])).reshape(n, t, -1)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _tpo_token(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    u = O.standardize_scores(b.candidate_scores)
+    q = O.tpo_target(b.logp_old.gather(-1, b.candidates), u, eta=0.7)
+    return O.tpo_loss(lp.gather(-1, b.candidates), q)
+
+
+def _seq_logp(b: Any, lp: torch.Tensor, k: int) -> torch.Tensor:
+    return lp.gather(-1, b.actions.unsqueeze(-1)).squeeze(-1).sum(1).reshape(-1, k)
+
+
+def _tpo_seq(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    scores = b.rewards.mean(1).reshape(-1, 4)  # bag: score = mean per-token reward
+    q = O.tpo_target(_seq_logp(b, b.logp_old, 4), O.standardize_scores(scores), eta=0.7, anchor=False)
+    return O.tpo_loss(_seq_logp(b, lp, 4), q)
+
+
+def _tpo_single(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    s = O.onehot_advantage_scores(b.actions[:, 0], b.rewards[:, 0], b.logp_old[:, 0].exp())
+    q = O.tpo_target(b.logp_old[:, 0], O.standardize_scores(s), eta=0.7)
+    return O.tpo_loss(lp[:, 0], q)
+
+
+def _grpo_token(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    c = b.candidates
+    return O.grpo_loss(lp.gather(-1, c), b.logp_old.gather(-1, c), b.candidate_scores, 0.2, 0.04)
+
+
+def _grpo_seq_zv(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    scores = b.rewards.mean(1).reshape(-1, 4)
+    return O.grpo_loss(_seq_logp(b, lp, 4), _seq_logp(b, b.logp_old, 4), scores, 0.2, 0.0, mask_zero_variance=True)
+
+
+def _group_pg(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    return O.group_pg_loss(lp.gather(-1, b.candidates), O.standardize_scores(b.candidate_scores), eta=0.7)
+
+
+def _taken(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    return lp.gather(-1, b.actions.unsqueeze(-1)).squeeze(-1)
+
+
+def _ppo(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    adv = b.rewards - b.rewards.mean(0, keepdim=True)
+    return O.ppo_loss(_taken(b, lp), _taken(b, b.logp_old), adv, 0.2)
+
+
+def _reinforce_expected(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    adv = b.rewards - b.logp_old.exp().pow(2).sum(-1)
+    return O.reinforce_loss(_taken(b, lp), adv)
+
+
+def _dg(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    adv = O.batch_baseline_advantages(b.rewards)
+    return O.dg_loss(_taken(b, lp), adv, eta=1.0)
+
+
+def _ce(b: Any, lp: torch.Tensor) -> torch.Tensor:
+    return O.cross_entropy_loss(lp, b.candidate_scores.argmax(-1))
+
+
+CASES: list[tuple[str, Callable[[], Any], Callable[[Any, torch.Tensor], torch.Tensor]]] = [
+    ("tpo_token", lambda: TPO("TransformerPolicy", token_env(), eta=0.7, **_kw()), _tpo_token),
+    ("tpo_seq_noanchor", lambda: TPO("TransformerPolicy", token_env(), eta=0.7, anchor=False, level="sequence",
+                                     group_size=4, **_kw()), _tpo_seq),
+    ("tpo_single", lambda: TPO("MlpPolicy", bandit_env(), eta=0.7, candidates="single", **_kw()), _tpo_single),
+    ("grpo_token", lambda: GRPO("TransformerPolicy", token_env(), **_kw()), _grpo_token),
+    ("grpo_seq_zv", lambda: GRPO("TransformerPolicy", token_env(), level="sequence", group_size=4, beta=0.0,
+                                 mask_zero_variance=True, **_kw()), _grpo_seq_zv),
+    ("group_pg", lambda: GroupPG("MlpPolicy", bandit_env(), eta=0.7, **_kw()), _group_pg),
+    ("ppo", lambda: PPO("TransformerPolicy", token_env(), **_kw()), _ppo),
+    ("reinforce_expected", lambda: REINFORCE("MlpPolicy", bandit_env(), baseline="expected", **_kw()),
+     _reinforce_expected),
+    ("dg", lambda: DG("TransformerPolicy", token_env(), **_kw()), _dg),
+    ("ce", lambda: CE("MlpPolicy", bandit_env(), **_kw()), _ce),
+]
+
+
+def _kw() -> dict[str, Any]:
+    return {"learning_rate": LR, "batch_size": 12, "n_epochs": 1, "seed": 3, "policy_kwargs": dict(SGD)}
+
+
+@pytest.mark.parametrize("name,make,loss_fn", CASES, ids=[c[0] for c in CASES])
+def test_update_is_one_step_on_the_objective(name: str, make: Callable[[], Any], loss_fn: Any) -> None:
+    model = make()
+    model.learn(model.steps_per_iteration)  # move away from the initialisation first
+    batch = model.collect_rollouts()
+    model.rollout_batch = batch
+    reference = copy.deepcopy(model.policy)
+    before = params_of(model)
+
+    stats = model.train()
+
+    loss = loss_fn(batch, _stepwise_logp(reference, batch.obs))
+    grads = torch.autograd.grad(loss, list(reference.parameters()), allow_unused=True)
+    expected = {
+        k: p.detach() - LR * (g if g is not None else torch.zeros_like(p))
+        for (k, p), g in zip(reference.named_parameters(), grads, strict=True)
+    }
+    after = params_of(model)
+    moved = max(float((after[k] - before[k]).abs().max()) for k in expected)
+    assert moved > 0, "the update did not change the parameters"
+    for k, value in expected.items():
+        torch.testing.assert_close(after[k], value, rtol=1e-4, atol=1e-6, msg=f"{name}: parameter {k}")
+    assert stats["loss"] == pytest.approx(float(loss.detach()), rel=1e-4, abs=1e-6)
+    grad_norm = float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads if g is not None])))
+    assert stats["grad_norm"] == pytest.approx(grad_norm, rel=1e-3, abs=1e-7)
+
+
+def test_epochs_reuse_the_frozen_target() -> None:
+    """With E epochs the target q is computed once: E SGD steps on the same tpo_loss."""
+    model = TPO("MlpPolicy", bandit_env(), learning_rate=LR, batch_size=12, n_epochs=3, seed=1,
+                policy_kwargs=dict(SGD))
+    batch = model.rollout_batch = model.collect_rollouts()
+    reference = copy.deepcopy(model.policy)
+    model.train()
+    opt = torch.optim.SGD(reference.parameters(), lr=LR)
+    u = O.standardize_scores(batch.candidate_scores)
+    q = O.tpo_target(batch.logp_old.gather(-1, batch.candidates), u)
+    for _ in range(3):
+        opt.zero_grad()
+        O.tpo_loss(_stepwise_logp(reference, batch.obs).gather(-1, batch.candidates), q).backward()
+        opt.step()
+    for k, v in reference.state_dict().items():
+        torch.testing.assert_close(model.policy.state_dict()[k], v, rtol=1e-4, atol=1e-6)
