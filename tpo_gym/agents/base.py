@@ -82,6 +82,28 @@ def _single_env(env: GymEnv) -> gym.Env[Any, Any] | None:
     return None
 
 
+def inherit_param_docs(cls: type) -> type:
+    """Class decorator: append the ``:param:`` lines of :class:`GroupAlgorithm` that ``cls`` lacks.
+
+    Only parameters of ``cls.__init__`` are added, so every agent documents its whole constructor.
+    """
+    import inspect
+    import re
+
+    own = cls.__doc__ or ""
+    names = set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
+    base_doc = inspect.cleandoc(GroupAlgorithm.__doc__ or "")
+    blocks = re.findall(r"(:param (\w+):.*?)(?=\n:param |\Z)", base_doc, flags=re.S)
+    extra = [
+        "    " + text.strip().replace("\n", "\n    ")
+        for text, name in blocks
+        if name in names and f":param {name}:" not in own
+    ]
+    if extra:
+        cls.__doc__ = own.rstrip() + "\n" + "\n".join(extra) + "\n"
+    return cls
+
+
 class GroupAlgorithm(BaseAlgorithm):
     """Base of TPO, GRPO, Group PG, PPO, REINFORCE, DG and the CE oracle (not used directly).
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import torch
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.base import GroupAlgorithm, inherit_param_docs
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import cross_entropy_loss
@@ -15,6 +15,7 @@ from tpo_gym.objectives import cross_entropy_loss
 __all__ = ["CE"]
 
 
+@inherit_param_docs
 class CE(GroupAlgorithm):
     """Supervised cross-entropy on the true label: the oracle of MNIST and the bandits.
 
@@ -29,7 +30,6 @@ class CE(GroupAlgorithm):
     :param learning_rate: learning rate.
     :param batch_size: B, contexts per iteration.
     :param n_epochs: full-batch steps per batch (default 1).
-    (Other arguments as :class:`~tpo_gym.agents.base.GroupAlgorithm`.)
     """
 
     sampling: ClassVar[str] = "oracle"

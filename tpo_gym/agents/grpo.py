@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from tpo_gym.agents.base import GroupAlgorithm, _check_positive
+from tpo_gym.agents.base import GroupAlgorithm, _check_positive, inherit_param_docs
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.agents.tpo import winner_loser_means
@@ -16,6 +16,7 @@ from tpo_gym.objectives import grpo_advantages, grpo_loss
 __all__ = ["GRPO"]
 
 
+@inherit_param_docs
 class GRPO(GroupAlgorithm):
     """Group Relative Policy Optimization with a k3 KL penalty to the rollout snapshot.
 

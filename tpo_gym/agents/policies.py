@@ -48,8 +48,9 @@ class MuonAdamW(torch.optim.Optimizer):
     * **Learning-rate scale**: ``adjust_lr_fn="match_rms_adamw"`` (Muon update scaled by
       ``0.2 * sqrt(max(rows, cols))``), so that lr 1e-3 moves every weight matrix as much, in RMS, as
       AdamW at lr 1e-3 does. With torch's ``"original"`` scale (``sqrt(max(1, rows / cols))``) a
-      ``64 x 64`` matrix moves ~8x less per step and the token task needs several times more episodes
-      than the paper's 58 (``benchmarks/bench_tpo_token.py`` measures both).
+      ``64 x 64`` matrix moves ~8x less per step: on reverse copy (V=2, H=10) TPO_token then needs
+      ~80 episodes to 1% error instead of ~55 (paper: 58); ``benchmarks/bench_tpo_token.py
+      --adjust-lr-fn original`` measures it.
     * **No weight decay** (Muon's torch default is 0.1; optax's muon and its Adam part default to 0).
 
     SB3's learning-rate schedule writes ``param_groups[i]["lr"]``; both inner optimisers share the

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from tpo_gym.agents.base import GroupAlgorithm, _check_choice, _check_positive
+from tpo_gym.agents.base import GroupAlgorithm, _check_choice, _check_positive, inherit_param_docs
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import batch_baseline_advantages, dg_loss, ppo_loss, reinforce_loss
@@ -35,8 +35,6 @@ class _SingleSample(GroupAlgorithm):
 
 
 _BASE_ARGS = """
-    :param policy: ``"MlpPolicy"``, ``"TransformerPolicy"`` or a policy class.
-    :param env: a Gymnasium env instance or registered id with a ``Discrete`` action space.
     :param learning_rate: learning rate (multiplied by ``sqrt(group_size)`` with ``budget="interaction"``).
     :param batch_size: B, contexts (trajectories) per iteration.
     :param group_size: K, only used by ``budget="interaction"`` (B*K trajectories, lr * sqrt(K)).
@@ -44,6 +42,7 @@ _BASE_ARGS = """
 """
 
 
+@inherit_param_docs
 class PPO(_SingleSample):
     __doc__ = (
         """The paper's critic-free PPO baseline (not Stable-Baselines3's PPO).
@@ -59,7 +58,6 @@ class PPO(_SingleSample):
         + _BASE_ARGS
         + """    :param n_epochs: full-batch steps per batch (default 4).
     :param clip_range: ratio clip epsilon >= 0 (default 0.2).
-    (Other arguments as :class:`~tpo_gym.agents.base.GroupAlgorithm`.)
 """
     )
 
@@ -97,6 +95,7 @@ class PPO(_SingleSample):
         return ppo_loss(logp_actions, fixed["logp_old"], fixed["adv"], self.clip_range, batch.step_mask)
 
 
+@inherit_param_docs
 class REINFORCE(_SingleSample):
     __doc__ = (
         """REINFORCE / policy gradient with a baseline: loss ``-mean_b sum_t A_t log pi(a_t)``.
@@ -108,7 +107,6 @@ class REINFORCE(_SingleSample):
         + _BASE_ARGS
         + """    :param n_epochs: full-batch steps per batch (default 1).
     :param baseline: ``"batch"`` or ``"expected"``.
-    (Other arguments as :class:`~tpo_gym.agents.base.GroupAlgorithm`.)
 """
     )
 
@@ -150,6 +148,7 @@ class REINFORCE(_SingleSample):
         return reinforce_loss(self.action_logp(logp, batch), fixed["adv"], batch.step_mask)
 
 
+@inherit_param_docs
 class DG(_SingleSample):
     __doc__ = (
         """Delightful Policy Gradient (Osband 2026): REINFORCE gated by ``sigmoid(A * surprisal / eta)``.
@@ -160,7 +159,6 @@ class DG(_SingleSample):
         + _BASE_ARGS
         + """    :param n_epochs: full-batch steps per batch (default 1).
     :param eta: gate temperature > 0 (default 1).
-    (Other arguments as :class:`~tpo_gym.agents.base.GroupAlgorithm`.)
 """
     )
 

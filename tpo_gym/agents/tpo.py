@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from tpo_gym.agents.base import GroupAlgorithm, _check_choice, _check_positive
+from tpo_gym.agents.base import GroupAlgorithm, _check_choice, _check_positive, inherit_param_docs
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import onehot_advantage_scores, standardize_scores, tpo_loss, tpo_target
@@ -26,6 +26,7 @@ def winner_loser_means(values: torch.Tensor, u: torch.Tensor, mask: torch.Tensor
     return out[0], out[1]
 
 
+@inherit_param_docs
 class TPO(GroupAlgorithm):
     """Target Policy Optimization: fit the policy to a frozen target over each group of candidates.
 
