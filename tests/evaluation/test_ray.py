@@ -25,8 +25,8 @@ def test_ray_backend_runs_on_a_local_cluster(tmp_path: Path, tiny_preset_data: d
     out = tmp_path / "out"
     rc = cli.main(["bench", "--preset", str(path), "--backend", "ray", "--workers", "2", "--out", str(out),
                    "--no-progress"])
-    assert rc == 0
     records = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
+    assert rc == 0, [r["traceback"] for r in records if r["status"] != "ok"]
     assert len(records) == 4 and all(r["status"] == "ok" for r in records)
     assert all(r["pid"] != os.getpid() for r in records), "runs must execute in Ray worker processes"
     assert (out / "report.md").is_file()
