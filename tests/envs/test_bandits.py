@@ -22,20 +22,21 @@ def test_bandit_fixed_arm_rewards() -> None:
     assert env.action_space == gym.spaces.Discrete(100)
 
 
-def test_bandit_arm_drawn_from_seed_and_kept() -> None:
+def test_bandit_arm_fixed_by_table_seed_not_by_reset_seed() -> None:
     arms = set()
-    for seed in range(20):
-        env = BanditEnv()
-        env.reset(seed=seed)
+    for table_seed in range(20):
+        env = BanditEnv(table_seed=table_seed)
         arm = env.correct_arm
-        assert arm is not None
+        for seed in (None, 0, 1, 12345):  # resets, seeded or not, never change the problem
+            env.reset(seed=seed)
+            assert env.correct_arm == arm
+        assert BanditEnv(table_seed=table_seed).correct_arm == arm
         arms.add(arm)
-        env.reset()  # unseeded reset keeps the problem
-        assert env.correct_arm == arm
-        again = BanditEnv()
-        again.reset(seed=seed)
-        assert again.correct_arm == arm
     assert len(arms) > 5
+    assert BanditEnv(correct_arm=7, table_seed=3).correct_arm == 7
+    venv = gym.make_vec("tpo_gym/Bandit-v0", num_envs=4, vectorization_mode="vector_entry_point", table_seed=5)
+    venv.reset(seed=0)
+    assert (venv.unwrapped.correct_arm == BanditEnv(table_seed=5).correct_arm).all()
 
 
 def test_bandit_score_candidates() -> None:

@@ -20,9 +20,14 @@ from tpo_gym.envs._common import (
 from tpo_gym.envs._vector import NativeVectorEnv
 
 
-def _check_correct_arm(correct_arm: Any, n_arms: int) -> int | None:
+def _resolve_correct_arm(correct_arm: Any, n_arms: int, table_seed: int) -> int:
+    """The fixed correct arm: ``correct_arm`` if given, else drawn from ``table_seed``."""
     if correct_arm is None:
-        return None
+        return int(correct_arm_table(1, n_arms, table_seed)[0])
+    return _check_correct_arm(correct_arm, n_arms)
+
+
+def _check_correct_arm(correct_arm: Any, n_arms: int) -> int:
     if isinstance(correct_arm, bool) or not isinstance(correct_arm, (int, np.integer)):
         raise ValueError(f"correct_arm must be None or an integer in [0, {n_arms}), got {correct_arm!r}")
     if not 0 <= int(correct_arm) < n_arms:
@@ -49,9 +54,11 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     ``1.0`` if the pulled arm is the correct arm, else ``0.0``.
 
     ## Starting State
-    The correct arm is the ``correct_arm`` argument if given; otherwise it is drawn uniformly from
-    ``self.np_random`` at the first ``reset`` and at every ``reset(seed=...)`` with a seed, and kept
-    across unseeded resets (so one seed = one bandit problem).
+    The correct arm is fixed for the life of the environment: the ``correct_arm`` argument if
+    given, else drawn once from ``table_seed`` (see :func:`correct_arm_table`). Resets, seeded or
+    not, never change it, so every episode, every seed of an agent and every sub-env of a vector
+    env face the same bandit problem (as in the paper's single-context bandit); pass another
+    ``table_seed`` for another problem.
 
     ## Episode End
     After one step: ``terminated=True, truncated=False``. ``info["is_success"]`` says whether the
@@ -59,7 +66,8 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Arguments
     * ``n_arms`` (int, default 100, >= 2): number of arms.
-    * ``correct_arm`` (int or None, default None): fix the correct arm instead of drawing it.
+    * ``correct_arm`` (int or None, default None): the correct arm; None draws it from ``table_seed``.
+    * ``table_seed`` (int, default 0): seed of the correct arm when ``correct_arm`` is None.
 
     ```python
     >>> import gymnasium as gym, tpo_gym
@@ -68,8 +76,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Vectorized environment
     ``gym.make_vec("tpo_gym/Bandit-v0", num_envs=N, vectorization_mode="vector_entry_point")`` gives
-    :class:`BanditVectorEnv`: N bandits stepped with array operations (each sub-env draws its correct
-    arm from its own seed, exactly as ``SyncVectorEnv`` would).
+    :class:`BanditVectorEnv`: N pulls of the same bandit stepped with array operations.
 
     ## Group API
     ``score_candidates(candidates)`` returns the reward of each of K candidate arms, without
@@ -81,26 +88,24 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, n_arms: int = 100, correct_arm: int | None = None) -> None:
+    def __init__(self, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0) -> None:
         self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
+        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.correct_arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
         self.action_space = spaces.Discrete(self.n_arms)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
-        self.correct_arm: int | None = self._fixed_arm
         self._done = True
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode; draw the correct arm from the seed unless it is fixed."""
+        """Start an episode (a single pull of the fixed bandit)."""
         super().reset(seed=seed)
-        if self._fixed_arm is None and (seed is not None or self.correct_arm is None):
-            self.correct_arm = int(draw_uniform([self.np_random], self.n_arms)[0])
         self._done = False
         return np.zeros(1, dtype=np.float32), {}
 
     def _require_state(self) -> int:
-        if self._done or self.correct_arm is None:
+        if self._done:
             raise RuntimeError("BanditEnv: the episode is over (or never started); call reset() first")
         return self.correct_arm
 
@@ -123,29 +128,28 @@ class BanditVectorEnv(NativeVectorEnv):
 
     Same spaces, rewards and seeding as ``num_envs`` copies of :class:`BanditEnv` in a
     ``SyncVectorEnv`` (``NEXT_STEP`` autoreset). ``reset(options={"group_size": G})`` makes groups of
-    G sub-envs share one correct arm; ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    G sub-envs share a context (here all share the one correct arm);
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
     """
 
-    def __init__(self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None) -> None:
+    def __init__(
+        self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0
+    ) -> None:
         super().__init__(num_envs)
         self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self._fixed_arm = _check_correct_arm(correct_arm, self.n_arms)
+        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
         self.single_action_space = spaces.Discrete(self.n_arms)
         self.single_observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
         self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, 1), dtype=np.float32)
-        self.correct_arm = np.full(self.num_envs, -1 if correct_arm is None else int(correct_arm), np.int64)
+        self.correct_arm = np.full(self.num_envs, arm, np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        if self._fixed_arm is not None:
-            return np.full(len(gens), self._fixed_arm, dtype=np.int64)
-        if not seeded:  # unseeded reset keeps the arm, like BanditEnv (marked by -1 = keep)
-            return np.full(len(gens), -1, dtype=np.int64)
-        return draw_uniform(gens, self.n_arms)
+        return self.correct_arm[: len(gens)].copy()  # one fixed bandit: nothing to draw
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
-        keep = contexts < 0
-        self.correct_arm[env_ids[~keep]] = contexts[~keep]
+        pass
 
     def _observations(self) -> np.ndarray:
         return np.zeros((self.num_envs, 1), dtype=np.float32)
