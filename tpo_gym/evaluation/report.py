@@ -282,7 +282,7 @@ def build_report(out: str | Path) -> dict[str, Path]:
                         continue
                     v, se, _ = values[(metric["id"], method, setting)]
                     paper = _paper(preset, metric["id"], method, setting)
-                    txt = _fmt(v, metric) + _fmt_se(se, metric)
+                    txt = _fmt(v, metric) + ("" if v is None else _fmt_se(se, metric))
                     if paper is not None:
                         txt += f" ({paper})"
                         agree = None if (v is not None and not math.isfinite(v)) else M.paper_agrees(
