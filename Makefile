@@ -4,6 +4,7 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PRESET  ?= quick
+WORKERS ?= 2
 OUT     ?= runs/$(PRESET)
 PYTEST_ARGS ?=
 
@@ -28,7 +29,7 @@ test: setup
 
 ## bench: set up, then write the benchmark report of the default preset
 bench: setup
-	$(VENV)/bin/tpo-gym bench --preset $(PRESET) --out $(OUT)
+	$(VENV)/bin/tpo-gym bench --preset $(PRESET) --workers $(WORKERS) --out $(OUT)
 
 clean-venv:
 	rm -rf $(VENV)
