@@ -311,7 +311,8 @@ def build_report(out: str | Path) -> dict[str, Path]:
     iqm_metrics = [m for m in preset.metrics if m["type"] == "final"] or [
         {"id": "final_error", "type": "final", "key": preset.data.get("curves", ["error"])[0]}]
     for metric in iqm_metrics:
-        md.append(f"| Method | IQM final {metric.get('key', 'error')} | 95% CI | settings |")
+        unit = f" ({metric['unit']})" if metric.get("unit") else ""
+        md.append(f"| Method | IQM final {metric.get('key', 'error')}{unit} | 95% CI | settings |")
         md.append("|---|---|---|---|")
         for method in [m["name"] for m in preset.methods]:
             scores = {}
