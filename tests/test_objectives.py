@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from tpo_gym import objectives as O
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64_default():
+    """float64 within this module only (restored after, so other modules' models stay float32)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
 
 finite = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False, allow_infinity=False)
 
