@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from tpo_gym import objectives as O
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _float64_default():
     """float64 within this module only (restored after, so other modules' models stay float32)."""
