@@ -34,3 +34,12 @@ def test_baselines_improve_on_reverse_copy(cls: type, iterations: int) -> None:
     model.learn(iterations * model.steps_per_iteration)
     errors = [h["error"] for h in model.history]
     assert np.mean(errors[-5:]) < np.mean(errors[:3]) - 0.05
+
+
+def test_ppo_learns_the_terminal_reward_task() -> None:
+    """Terminal reward: every token is credited with the exact-match outcome (SPEC 3), so PPO learns."""
+    model = PPO("TransformerPolicy", token_env(length=4, vocab_size=2, reward="terminal"), seed=0)
+    model.learn(60 * model.steps_per_iteration)
+    errors = [h["error"] for h in model.history]
+    assert errors[0] > 0.8  # 1 - 2**-4 exact-match error at chance
+    assert np.mean(errors[-5:]) < 0.5

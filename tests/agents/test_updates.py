@@ -152,3 +152,23 @@ def test_epochs_reuse_the_frozen_target() -> None:
         opt.step()
     for k, v in reference.state_dict().items():
         torch.testing.assert_close(model.policy.state_dict()[k], v, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [PPO, REINFORCE, DG])
+def test_terminal_reward_credits_every_position(cls: type) -> None:
+    """SPEC 3: terminal r_t = 1{all correct} at every t, so single-sample advantages use it everywhere."""
+    model = cls("TransformerPolicy", token_env(length=2, vocab_size=2, reward="terminal"), batch_size=64, seed=0)
+    batch = model.collect_rollouts()
+    exact = batch.rewards[:, -1]
+    assert 0 < float(exact.mean()) < 1, "need both solved and failed episodes in the batch"
+    assert torch.equal(batch.rewards[:, 0], torch.zeros_like(exact))  # the env pays only at the end
+    torch.testing.assert_close(batch.credited_rewards(), exact[:, None].expand(-1, 2))
+    adv = model.advantages(batch)
+    torch.testing.assert_close(adv[:, 0], exact - exact.mean())
+    torch.testing.assert_close(adv[:, 1], exact - exact.mean())
+
+
+def test_dense_rewards_are_credited_as_given() -> None:
+    model = PPO("TransformerPolicy", token_env(length=3, vocab_size=2, reward="bag"), batch_size=16, seed=0)
+    batch = model.collect_rollouts()
+    assert torch.equal(batch.credited_rewards(), batch.rewards)

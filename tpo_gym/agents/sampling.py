@@ -148,6 +148,8 @@ class RolloutBatch:
     :param lengths: ``int64 [N]`` episode lengths.
     :param error: the training error of SPEC section 5 over these rollouts (see :func:`collect_rollouts`).
     :param n_steps: env steps taken (sum of ``lengths``).
+    :param reward_mode: the env's reward kind (``"bag"``, ``"sequential"``, ``"terminal"`` for token
+        tasks), else ``None``.
     """
 
     obs: torch.Tensor
@@ -163,6 +165,20 @@ class RolloutBatch:
     lengths: torch.Tensor
     error: float
     n_steps: int
+    reward_mode: str | None = None
+
+    def credited_rewards(self) -> torch.Tensor:
+        r"""Per-position rewards for the single-sample methods, ``[N, T]``.
+
+        Dense rewards (bag, sequential) as the env gave them, ``r_t``. A terminal reward arrives
+        only at the last step; SPEC section 3 defines the terminal task as
+        ``r_t = 1{all correct}`` at *every* position, so every valid step is credited with the
+        episode's reward, i.e. the reward-to-go :math:`\sum_{j \ge t} r_j`.
+        """
+        if self.reward_mode != "terminal":
+            return self.rewards
+        to_go = self.rewards.flip(-1).cumsum(-1).flip(-1)
+        return to_go if self.step_mask is None else to_go * self.step_mask
 
 
 @torch.no_grad()
@@ -277,4 +293,5 @@ def collect_rollouts(
         lengths=torch.from_numpy(lengths.astype(np.int64)).to(device),
         error=error,
         n_steps=int(lengths.sum()),
+        reward_mode=env.reward_mode,
     )

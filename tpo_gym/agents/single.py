@@ -2,7 +2,9 @@
 
 Each rolls out one behaviour trajectory per context (B, or B*K with ``budget="interaction"``) and uses
 the per-position batch-mean baseline ``A_t = r_t - mean_b r_{b,t}``
-(:func:`~tpo_gym.objectives.batch_baseline_advantages`).
+(:func:`~tpo_gym.objectives.batch_baseline_advantages`). With a terminal reward every position is
+credited with the episode's reward, ``r_t = 1{all correct}`` (SPEC section 3;
+:meth:`~tpo_gym.agents.sampling.RolloutBatch.credited_rewards`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class _SingleSample(GroupAlgorithm):
     sampling: ClassVar[str] = "single"
 
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """``A_t = r_t - mean_b r_{b,t}`` over the batch, per position."""
-        return batch_baseline_advantages(batch.rewards, batch.step_mask)
+        """``A_t = r_t - mean_b r_{b,t}`` over the batch, per position (terminal: ``r_t`` = episode reward)."""
+        return batch_baseline_advantages(batch.credited_rewards(), batch.step_mask)
 
     def prepare(self, batch: RolloutBatch) -> tuple[dict[str, Any], dict[str, float]]:
         """Advantages and the rollout-time log-probs of the behaviour actions."""
@@ -140,7 +142,7 @@ class REINFORCE(_SingleSample):
         """Batch-mean or expected-reward baseline."""
         if self.baseline == "batch":
             return super().advantages(batch)
-        adv = batch.rewards - batch.logp_old.exp().pow(2).sum(dim=-1)
+        adv = batch.credited_rewards() - batch.logp_old.exp().pow(2).sum(dim=-1)
         return adv if batch.step_mask is None else adv * batch.step_mask
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], logp: torch.Tensor) -> torch.Tensor:
