@@ -46,9 +46,10 @@ class MuonAdamW(torch.optim.Optimizer):
       applies Muon to all 2-D parameters and Adam to the others. ``muon_on_embeddings=False`` in
       :class:`TransformerPolicy` moves embeddings and head to AdamW (Keller Jordan's convention).
     * **Learning-rate scale**: ``adjust_lr_fn="match_rms_adamw"`` (Muon update scaled by
-      ``0.2 * sqrt(max(rows, cols))``), so that lr 1e-3 moves every weight matrix as much, in RMS, as
-      AdamW at lr 1e-3 does. With torch's ``"original"`` scale (``sqrt(max(1, rows / cols))``) a
-      ``64 x 64`` matrix moves ~8x less per step: on reverse copy (V=2, H=10) TPO_token then needs
+      ``0.2 * sqrt(max(rows, cols))``): every weight matrix moves ``0.2 * lr`` in RMS per step, the
+      typical RMS of an AdamW step, whatever its shape. torch's ``"original"`` scale
+      (``sqrt(max(1, rows / cols))``) moves a ``64 x 64`` matrix ``lr / 8`` in RMS, 1.6x less (1.6x to
+      3.2x less on this transformer's shapes): on reverse copy (V=2, H=10) TPO_token then needs
       ~80 episodes to 1% error instead of ~55 (paper: 58); ``benchmarks/bench_tpo_token.py
       --adjust-lr-fn original`` measures it.
     * **No weight decay** (Muon's torch default is 0.1; optax's muon and its Adam part default to 0).
