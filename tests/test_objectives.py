@@ -360,3 +360,667 @@ def test_bad_clip_and_beta_raise():
         O.grpo_loss(t([0.0, 1.0]), t([0.0, 1.0]), t([0.0, 1.0]), clip_eps=-0.1)
     with pytest.raises(ValueError, match="beta"):
         O.grpo_loss(t([0.0, 1.0]), t([0.0, 1.0]), t([0.0, 1.0]), beta=-1.0)
+
+
+# =============================================================================================
+# Issue 9: numerics of tpo_gym.objectives
+# =============================================================================================
+HALF_AND_UP = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+NONFINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+# ------------------------------------------------------- 1. the zero-variance rule, all dtypes
+def test_all_equal_float32_groups_in_10_100_give_exactly_zero():
+    """The issue's case: 2,000 float32 groups of eight equal values in [10, 100)."""
+    g = torch.Generator().manual_seed(9)
+    values = (10.0 + 90.0 * torch.rand(2000, 1, generator=g)).to(torch.float32)
+    scores = values.expand(2000, 8).contiguous()
+    u = O.standardize_scores(scores)
+    assert u.dtype == torch.float32
+    assert torch.equal(u, torch.zeros_like(u))
+    assert torch.equal(O.grpo_advantages(scores), torch.zeros_like(u))
+    assert bool(O.zero_variance_groups(scores).all())
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_UP)
+@pytest.mark.parametrize("low, high", [(1e-3, 1e-1), (0.1, 10.0), (10.0, 100.0), (100.0, 6e4), (-6e4, -1.0)])
+def test_all_equal_groups_give_exactly_zero_in_every_dtype(dtype, low, high):
+    g = torch.Generator().manual_seed(int(high))
+    values = (low + (high - low) * torch.rand(500, 1, generator=g)).to(dtype)
+    scores = values.expand(500, 8).contiguous()
+    mask = torch.rand(500, 8, generator=g) > 0.3
+    for m in (None, mask):
+        u = O.standardize_scores(scores, m)
+        assert u.dtype == dtype
+        assert torch.equal(u, torch.zeros_like(u))
+        adv = O.grpo_advantages(scores, m)
+        assert adv.dtype == dtype and torch.equal(adv, torch.zeros_like(adv))
+        assert bool(O.zero_variance_groups(scores, m).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_all_equal_groups_give_no_gradient_to_grpo_group_pg_and_zscored_reinforce(dtype):
+    scores = torch.full((3, 8), 23.7, dtype=dtype)
+    logp_old = torch.log_softmax(torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), -1).to(dtype)
+    for loss_fn in (
+        lambda lp: O.grpo_loss(lp, logp_old, scores, beta=0.0),
+        lambda lp: O.group_pg_loss(lp, O.standardize_scores(scores)),
+        lambda lp: O.reinforce_loss(lp, O.standardize_scores(scores)),
+    ):
+        lp = logp_old.clone().requires_grad_(True)
+        loss_fn(lp).backward()
+        assert torch.equal(lp.grad, torch.zeros_like(lp.grad))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_one_ulp_apart_scores_count_as_zero_variance(dtype):
+    """Values within rounding noise of the dtype (one ulp apart) carry no signal."""
+    base = torch.tensor([0.3, 23.7, 1234.0], dtype=dtype).unsqueeze(-1).expand(3, 8).contiguous()
+    nudged = base.clone()
+    nudged[:, 3] = torch.nextafter(base[:, 3], torch.full_like(base[:, 3], math.inf))
+    assert not torch.equal(nudged, base)
+    assert torch.equal(O.standardize_scores(nudged), torch.zeros_like(nudged))
+    assert bool(O.zero_variance_groups(nudged).all())
+
+
+def test_zero_variance_rule_is_relative_to_the_scores_magnitude():
+    u = O.standardize_scores(t([0.0, 1e-7, 0.0, 1e-7]))
+    assert torch.allclose(u, t([-1.0, 1.0, -1.0, 1.0]))
+    assert not bool(O.zero_variance_groups(t([0.0, 1e-7, 0.0, 1e-7])))
+    assert torch.allclose(O.grpo_advantages(t([0.0, 1e-7, 0.0, 1e-7]), eps=0.0), t([-1.0, 1.0, -1.0, 1.0]))
+    for scale in (1e-300, 1e-30, 1e-7, 1.0, 1e30, 1e300):
+        assert torch.allclose(O.standardize_scores(scale * t([0.0, 1.0, 0.0, 1.0])), t([-1.0, 1.0, -1.0, 1.0]))
+    # extremes: no overflow in the squares, no underflow for subnormal spreads
+    assert torch.allclose(O.standardize_scores(t([-1.7e308, 1.7e308])), t([-1.0, 1.0]))
+    assert torch.allclose(O.standardize_scores(t([0.0, 5e-324])), t([-1.0, 1.0]))
+    assert torch.allclose(O.grpo_advantages(t([0.0, 5e-324]), eps=0.0), t([-1.0, 1.0]))
+    assert torch.equal(O.grpo_advantages(t([0.0, 5e-324])), torch.zeros(2))  # eps dominates a tiny spread
+    assert torch.allclose(O.grpo_advantages(t([-1.7e308, 1.7e308])), t([-1.0, 1.0]))
+    f32 = torch.tensor([-3e38, 3e38], dtype=torch.float32)
+    assert torch.allclose(O.standardize_scores(f32), torch.tensor([-1.0, 1.0], dtype=torch.float32))
+    # the SPEC's std <= 1e-6 for scores of order one is unchanged: this is relative spread 1e-7
+    assert torch.equal(O.standardize_scores(t([1.0, 1.0 + 2e-7, 1.0, 1.0 + 2e-7])), torch.zeros(4))
+    assert torch.equal(O.standardize_scores(t([0.0, 0.0, 0.0])), torch.zeros(3))
+
+
+def _relative_spread(s: torch.Tensor) -> float:
+    """std / max|s|, computed on s / max|s| (no underflow of the squares)."""
+    big = s.abs().max()
+    return float((s / big).std(unbiased=False)) if float(big) > 0 else 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=group(),
+    log_a=st.floats(-8.0, 8.0),
+    b=st.one_of(st.just(0.0), st.floats(-1e3, 1e3)),
+)
+def test_standardize_is_affine_invariant_over_wide_scales(scores, log_a, b):
+    """u(a s + b) == u(s) for a in [1e-8, 1e8] wherever the rule sees signal in both groups."""
+    a = 10.0**log_a
+    s = t(scores)
+    s2 = a * s + b
+    u1, u2 = O.standardize_scores(s), O.standardize_scores(s2)
+    r1, r2 = _relative_spread(s), _relative_spread(s2)
+    for r, u in ((r1, u1), (r2, u2)):
+        if r <= O.STD_EPS / 2:  # clearly zero-variance: exactly zero
+            assert torch.equal(u, torch.zeros_like(u))
+    if r1 > 2 * O.STD_EPS and r2 > 2 * O.STD_EPS:
+        # rounding of a*s+b is eps64 * max|s2|, at most eps64 / (2 STD_EPS) of the spread
+        assert torch.allclose(u1, u2, atol=1e-6, rtol=0)
+    if b == 0.0 and r1 > 2 * O.STD_EPS:  # pure scaling is always invariant
+        assert torch.allclose(u1, u2, atol=1e-9, rtol=0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from(HALF_AND_UP),
+    magnitude=st.sampled_from([1e-6, 1e-2, 1.0, 23.7, 1e3]),
+    k=st.integers(1, 9),
+    n=st.integers(1, 4),
+)
+def test_zero_variance_groups_agrees_with_standardize_and_grpo(data, dtype, magnitude, k, n):
+    levels = st.sampled_from([0.0, 1.0, 1.0 + 1e-7, 1.0 + 1e-3, 2.0, -1.0])
+    rows = data.draw(st.lists(st.lists(levels, min_size=k, max_size=k), min_size=n, max_size=n))
+    scores = (magnitude * torch.tensor(rows, dtype=torch.float64)).to(dtype)
+    mask = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=k, max_size=k), min_size=n,
+                                           max_size=n)))
+    for m in (None, mask):
+        zv = O.zero_variance_groups(scores, m)
+        u = O.standardize_scores(scores, m)
+        adv = O.grpo_advantages(scores, m)
+        assert zv.shape == (n,)
+        assert torch.equal(zv, (u == 0).all(dim=-1))
+        assert torch.equal(zv, (adv == 0).all(dim=-1))
+        assert torch.isfinite(u).all() and torch.isfinite(adv).all()
+        informative_u = u[~zv]
+        if informative_u.numel():  # a z-scored group has max |u| >= 1
+            assert (informative_u.abs().amax(dim=-1) >= 1 - 1e-2).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_statistics_are_computed_wide(dtype):
+    rows = [[0.0, 60000.0], [1000.0, 1001.0], [100.0, 101.0], [0.0, 1.0]]
+    for row in rows:
+        s = torch.tensor(row, dtype=dtype)
+        u = O.standardize_scores(s)
+        assert u.dtype == dtype
+        ref = O.standardize_scores(s.to(torch.float64))
+        assert torch.allclose(u.to(torch.float64), ref, atol=1e-2, rtol=0), (row, u)
+    g = torch.Generator().manual_seed(5)
+    s = (100.0 + 50.0 * torch.randn(64, 8, generator=g)).to(dtype)
+    ref = O.standardize_scores(s.to(torch.float64))
+    assert torch.allclose(O.standardize_scores(s).to(torch.float64), ref, atol=2e-2, rtol=0)
+    assert torch.allclose(O.grpo_advantages(s).to(torch.float64), ref, atol=2e-2, rtol=0)
+
+
+def test_standardize_and_grpo_advantages_stay_differentiable():
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(7)).requires_grad_(True)
+    mask = torch.tensor([[True] * 5, [True, False, True, True, False], [True, True, False, False, False]])
+    assert torch.autograd.gradcheck(lambda s: O.standardize_scores(s), (x,))
+    assert torch.autograd.gradcheck(lambda s: O.standardize_scores(s, mask), (x,))
+    assert torch.autograd.gradcheck(lambda s: O.grpo_advantages(s, mask), (x,))
+
+
+def test_float32_statistics_are_accurate_for_large_offsets():
+    g = torch.Generator().manual_seed(6)
+    s64 = 1e4 + torch.randn(256, 8, generator=g)
+    s32 = s64.to(torch.float32)
+    ref = O.standardize_scores(s32.to(torch.float64))
+    assert torch.allclose(O.standardize_scores(s32).to(torch.float64), ref, atol=1e-4, rtol=0)
+
+
+def test_half_precision_ratios_do_not_overflow():
+    """e^20 overflows float16: the ratio of a moved zero-advantage candidate gave inf * 0 = NaN."""
+    logp_old = torch.tensor([[-15.0, 0.0]], dtype=torch.float16)
+    scores = torch.tensor([[1.0, 1.0]], dtype=torch.float16)
+    for beta in (0.0, 0.04):
+        lp = torch.tensor([[0.0, -15.0]], dtype=torch.float16, requires_grad=True)
+        loss = O.grpo_loss(lp, logp_old, scores, beta=beta)
+        loss.backward()
+        assert torch.isfinite(loss)
+        if beta == 0.0:
+            assert loss.item() == 0.0 and torch.equal(lp.grad, torch.zeros_like(lp.grad))
+    lp = torch.tensor([0.0, -15.0], dtype=torch.float16, requires_grad=True)
+    loss = O.ppo_loss(lp, torch.tensor([-15.0, 0.0], dtype=torch.float16), torch.zeros(2, dtype=torch.float16))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(lp.grad, torch.zeros_like(lp.grad))
+    assert torch.isfinite(O.k3_kl(lp.detach(), torch.tensor([-15.0, 0.0], dtype=torch.float16))).all()
+
+
+@pytest.mark.parametrize("eta", [1e-300, 1e-40])
+def test_tiny_eta_gives_the_argmax_limit_not_nan(eta):
+    logits = torch.tensor([[0.5, -0.5, 1.5, 0.0]], dtype=torch.float32)
+    u = O.standardize_scores(torch.tensor([[1.0, 0.0, 3.0, 3.0]], dtype=torch.float32))
+    q = O.tpo_target(logits, u, eta=eta)
+    assert torch.isfinite(q).all() and torch.allclose(q.sum(-1), torch.ones(1, dtype=torch.float32))
+    assert torch.equal(q[0, :2], torch.zeros(2, dtype=torch.float32))
+    assert torch.isfinite(O.dg_gate(t([0.0, 1.0, -1.0]), t([-1.0, -1.0, -1.0]), eta=eta)).all()
+    assert O.group_pg_loss(t([-1.0, -2.0]), t([0.0, 0.0]), eta=eta).item() == 0.0
+
+
+# ----------------------------------------------------- 2. NaN / inf / empty / shapes -> ValueError
+def _lp(*shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    return torch.log_softmax(torch.randn(*shape, generator=g), -1)
+
+
+def _calls():
+    """(name of the poisoned argument, function of a dict of arguments, the arguments)."""
+    s = t([[1.0, 0.0, 0.5, 2.0], [0.0, 1.0, 0.0, 3.0]])
+    lp = _lp(2, 4)
+    tok = _lp(2, 4, 3)
+    steps = _lp(3, 5)
+    adv = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    return [
+        ("scores", lambda a: O.standardize_scores(**a), {"scores": s}),
+        ("scores", lambda a: O.zero_variance_groups(**a), {"scores": s}),
+        ("scores", lambda a: O.grpo_advantages(**a), {"scores": s}),
+        ("logp_old", lambda a: O.tpo_target(**a), {"logp_old": lp, "u": s}),
+        ("u", lambda a: O.tpo_target(**a), {"logp_old": lp, "u": s}),
+        ("logp", lambda a: O.tpo_loss(**a), {"logp": lp, "q": torch.softmax(lp, -1)}),
+        ("q", lambda a: O.tpo_loss(**a), {"logp": lp, "q": torch.softmax(lp, -1)}),
+        ("rewards", lambda a: O.onehot_advantage_scores(**a),
+         {"actions": torch.tensor([0, 3]), "rewards": t([1.0, 0.0]), "probs": lp.exp()}),
+        ("probs", lambda a: O.onehot_advantage_scores(**a),
+         {"actions": torch.tensor([0, 3]), "rewards": t([1.0, 0.0]), "probs": lp.exp()}),
+        ("logp", lambda a: O.grpo_loss(**a), {"logp": lp, "logp_old": lp, "scores": s}),
+        ("logp_old", lambda a: O.grpo_loss(**a), {"logp": lp, "logp_old": lp, "scores": s}),
+        ("scores", lambda a: O.grpo_loss(**a), {"logp": lp, "logp_old": lp, "scores": s}),
+        ("logp", lambda a: O.grpo_loss(**a), {"logp": tok, "logp_old": tok, "scores": s}),
+        ("logp_old", lambda a: O.grpo_loss(**a), {"logp": tok, "logp_old": tok, "scores": s}),
+        ("rewards", lambda a: O.batch_baseline_advantages(**a), {"rewards": adv}),
+        ("logp", lambda a: O.ppo_loss(**a), {"logp": steps, "logp_old": steps, "advantages": adv}),
+        ("logp_old", lambda a: O.ppo_loss(**a), {"logp": steps, "logp_old": steps, "advantages": adv}),
+        ("advantages", lambda a: O.ppo_loss(**a), {"logp": steps, "logp_old": steps, "advantages": adv}),
+        ("logp", lambda a: O.reinforce_loss(**a), {"logp": steps, "advantages": adv}),
+        ("advantages", lambda a: O.reinforce_loss(**a), {"logp": steps, "advantages": adv}),
+        ("logp", lambda a: O.group_pg_loss(**a), {"logp": lp, "u": s}),
+        ("u", lambda a: O.group_pg_loss(**a), {"logp": lp, "u": s}),
+        ("advantages", lambda a: O.dg_gate(**a), {"advantages": adv, "logp": steps}),
+        ("logp", lambda a: O.dg_gate(**a), {"advantages": adv, "logp": steps}),
+        ("logp", lambda a: O.dg_loss(**a), {"logp": steps, "advantages": adv}),
+        ("advantages", lambda a: O.dg_loss(**a), {"logp": steps, "advantages": adv}),
+        ("logits", lambda a: O.cross_entropy_loss(**a), {"logits": lp, "labels": torch.tensor([0, 3])}),
+        ("logp", lambda a: O.k3_kl(**a), {"logp": steps, "logp_ref": steps}),
+        ("logp_ref", lambda a: O.k3_kl(**a), {"logp": steps, "logp_ref": steps}),
+    ]
+
+
+CALLS = _calls()
+CALL_IDS = [f"{i}-{name}" for i, (name, _, _) in enumerate(CALLS)]
+
+
+@pytest.mark.parametrize("bad", NONFINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("case", range(len(CALLS)), ids=CALL_IDS)
+def test_every_objective_rejects_nonfinite_inputs(case, bad):
+    name, fn, args = CALLS[case]
+    fn({k: v.clone() for k, v in args.items()})  # the clean call works
+    poisoned = {k: v.clone() for k, v in args.items()}
+    poisoned[name].view(-1)[1] = bad
+    with pytest.raises(ValueError, match=name):
+        fn(poisoned)
+
+
+def test_standardize_rejects_inf_instead_of_meaning_no_signal():
+    with pytest.raises(ValueError, match="scores"):
+        O.standardize_scores(t([[math.inf, 0.0, 0.0, 1.0]]))
+    with pytest.raises(ValueError, match="scores"):
+        O.zero_variance_groups(t([[math.inf, 0.0, 0.0, 1.0]]))
+
+
+@pytest.mark.parametrize("case", range(len(CALLS)), ids=CALL_IDS)
+@pytest.mark.parametrize("axis", ["first", "last"])
+def test_every_objective_rejects_empty_batches(case, axis):
+    name, fn, args = CALLS[case]
+    empty = {}
+    for k, v in args.items():
+        if v.ndim == 1 or axis == "first":
+            empty[k] = v[:0]
+        else:
+            empty[k] = v[..., :0]
+    with pytest.raises(ValueError, match="empty"):
+        fn(empty)
+
+
+_MULTI = [i for i in range(len(CALLS)) if len(CALLS[i][2]) > 1]  # single-tensor calls: masks checked below
+
+
+@pytest.mark.parametrize("case", _MULTI, ids=[CALL_IDS[i] for i in _MULTI])
+def test_every_objective_rejects_mismatched_shapes(case):
+    name, fn, args = CALLS[case]
+    bad = {k: v.clone() for k, v in args.items()}
+    bad[name] = torch.cat([bad[name], bad[name][:1]], dim=0)
+    with pytest.raises(ValueError, match="shape") as err:
+        fn(bad)
+    assert any(arg in str(err.value) for arg in args if arg != name) or name in str(err.value)
+
+
+MASKED_FNS = [
+    lambda m: O.standardize_scores(t([[0.0, 1.0]]), m),
+    lambda m: O.zero_variance_groups(t([[0.0, 1.0]]), m),
+    lambda m: O.grpo_advantages(t([[0.0, 1.0]]), m),
+    lambda m: O.tpo_target(t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.tpo_loss(t([[0.0, 1.0]]), t([[0.5, 0.5]]), m),
+    lambda m: O.grpo_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.group_pg_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.batch_baseline_advantages(t([[0.0, 1.0]]), m),
+    lambda m: O.ppo_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.reinforce_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), m),
+    lambda m: O.dg_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.dg_gate(t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+    lambda m: O.k3_kl(t([[0.0, 1.0]]), t([[0.0, 1.0]]), mask=m),
+]
+
+
+@pytest.mark.parametrize("fn", MASKED_FNS)
+def test_every_mask_of_the_wrong_shape_or_dtype_raises(fn):
+    fn(torch.ones(1, 2, dtype=torch.bool))  # the right mask works
+    with pytest.raises(ValueError, match="mask"):
+        fn(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask"):
+        fn(torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask"):
+        fn(torch.ones(1, 2))
+
+
+def test_more_mismatched_shapes_raise():
+    with pytest.raises(ValueError, match="logp_ref"):
+        O.k3_kl(t([0.0, -1.0]), t([0.0]))
+    with pytest.raises(ValueError, match="advantages"):
+        O.dg_gate(t([0.0, -1.0]), t([-1.0]))
+    with pytest.raises(ValueError, match="advantages"):
+        O.reinforce_loss(t([[0.0, -1.0]]), t([[0.0]]))
+    with pytest.raises(ValueError, match="labels"):
+        O.cross_entropy_loss(t([[0.0, 1.0]]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="probs"):
+        O.onehot_advantage_scores(torch.tensor([0, 1]), t([1.0, 0.0]), t([0.5, 0.5]))
+    with pytest.raises(ValueError, match="token_mask"):
+        O.grpo_loss(t([[0.0, 1.0]]), t([[0.0, 1.0]]), t([[0.0, 1.0]]), token_mask=torch.ones(1, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="token_mask"):
+        O.grpo_loss(_lp(1, 2, 3), _lp(1, 2, 3), t([[0.0, 1.0]]), token_mask=torch.ones(1, 2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="logp"):
+        O.grpo_loss(_lp(1, 3, 3), _lp(1, 3, 3), t([[0.0, 1.0]]))
+
+
+def test_type_errors_are_consistent():
+    """Wrong kinds of tensors raise TypeError (also a ValueError, as every bad argument)."""
+    cases = [
+        lambda: O.standardize_scores([0.0, 1.0]),
+        lambda: O.standardize_scores(torch.tensor([0, 1])),
+        lambda: O.standardize_scores(torch.tensor([True, False])),
+        lambda: O.standardize_scores(t([0.0, 1.0]), torch.tensor([1, 1])),
+        lambda: O.tpo_loss(t([0.0, 1.0]), torch.tensor([1, 0])),
+        lambda: O.k3_kl(torch.tensor([0, 1]), t([0.0, 1.0])),
+        lambda: O.cross_entropy_loss(t([[0.0, 1.0]]), [0]),
+        lambda: O.onehot_advantage_scores([0], t([1.0]), t([[0.5, 0.5]])),
+    ]
+    for fn in cases:
+        with pytest.raises(TypeError):
+            fn()
+        with pytest.raises(ValueError):
+            fn()
+
+
+def test_scalar_arguments_use_the_shared_validation_messages():
+    with pytest.raises(ValueError, match=r"eta must be a finite number > 0"):
+        O.tpo_target(t([0.0, 1.0]), t([1.0, -1.0]), eta=0.0)
+    with pytest.raises(ValueError, match=r"eta must be a finite number > 0"):
+        O.dg_loss(t([0.0, 1.0]), t([1.0, -1.0]), eta=True)
+    with pytest.raises(ValueError, match=r"clip_eps must be a finite number >= 0"):
+        O.ppo_loss(t([0.0, 1.0]), t([0.0, 1.0]), t([1.0, -1.0]), clip_eps=float("nan"))
+    with pytest.raises(ValueError, match=r"beta must be a finite number >= 0"):
+        O.grpo_loss(t([0.0, 1.0]), t([0.0, 1.0]), t([0.0, 1.0]), beta="0.1")
+    with pytest.raises(ValueError, match=r"eps must be a finite number >= 0"):
+        O.grpo_advantages(t([0.0, 1.0]), eps=-1e-8)
+    with pytest.raises(ValueError, match="anchor"):
+        O.tpo_target(t([0.0, 1.0]), t([1.0, -1.0]), anchor="no")
+    with pytest.raises(ValueError, match="mask_zero_variance"):
+        O.grpo_loss(t([0.0, 1.0]), t([0.0, 1.0]), t([0.0, 1.0]), mask_zero_variance=1)
+
+
+# ------------------------------------------------------------- 3. masked entries are ignored
+def _masked_cases():
+    """(function of the tensors, {name: tensor}, {name: mask of that tensor}, names with a gradient)."""
+    g = torch.Generator().manual_seed(11)
+    lp = _lp(3, 4)
+    s = torch.randn(3, 4, generator=g)
+    m = torch.tensor([[True, True, False, True], [False, False, False, False], [True, False, True, True]])
+    tok = _lp(3, 4, 5)
+    tm = torch.rand(3, 4, 5, generator=g) > 0.3
+    tm[..., 0] = True
+    tm[0, 0] = False  # a valid candidate without valid tokens
+    full_tm = tm & m.unsqueeze(-1)
+    steps = _lp(3, 5)
+    adv = torch.randn(3, 5, generator=g)
+    sm = torch.tensor([[True, True, True, False, False], [False] * 5, [True] * 5])
+    labels = torch.tensor([1, -100, 3])
+    row = torch.tensor([True, False, True])
+    q = O.tpo_target(lp, O.standardize_scores(s, m), mask=m)
+    return {
+        "standardize": (lambda a: O.standardize_scores(a["scores"], m), {"scores": s}, {"scores": m}, ()),
+        "zero_variance": (lambda a: O.zero_variance_groups(a["scores"], m), {"scores": s}, {"scores": m}, ()),
+        "grpo_advantages": (lambda a: O.grpo_advantages(a["scores"], m), {"scores": s}, {"scores": m}, ()),
+        "tpo_target": (lambda a: O.tpo_target(a["logp_old"], a["u"], mask=m), {"logp_old": lp, "u": s},
+                       {"logp_old": m, "u": m}, ()),
+        "tpo_loss": (lambda a: O.tpo_loss(a["logp"], a["q"], m), {"logp": lp, "q": q}, {"logp": m, "q": m},
+                     ("logp",)),
+        "grpo_seq": (lambda a: O.grpo_loss(a["logp"], a["logp_old"], a["scores"], mask=m),
+                     {"logp": lp + 0.1, "logp_old": lp, "scores": s}, {"logp": m, "logp_old": m, "scores": m},
+                     ("logp",)),
+        "grpo_seq_zv": (lambda a: O.grpo_loss(a["logp"], a["logp_old"], a["scores"], mask=m,
+                                              mask_zero_variance=True),
+                        {"logp": lp + 0.1, "logp_old": lp, "scores": s},
+                        {"logp": m, "logp_old": m, "scores": m}, ("logp",)),
+        "grpo_token": (lambda a: O.grpo_loss(a["logp"], a["logp_old"], a["scores"], mask=m, token_mask=tm),
+                       {"logp": tok + 0.1, "logp_old": tok, "scores": s},
+                       {"logp": full_tm, "logp_old": full_tm, "scores": m}, ("logp",)),
+        "grpo_token_no_cand_mask": (lambda a: O.grpo_loss(a["logp"], a["logp_old"], a["scores"], token_mask=tm),
+                                    {"logp": tok + 0.1, "logp_old": tok, "scores": s},
+                                    {"logp": tm, "logp_old": tm}, ("logp",)),
+        "group_pg": (lambda a: O.group_pg_loss(a["logp"], a["u"], mask=m), {"logp": lp, "u": s},
+                     {"logp": m, "u": m}, ("logp",)),
+        "batch_baseline": (lambda a: O.batch_baseline_advantages(a["rewards"], sm), {"rewards": adv},
+                           {"rewards": sm}, ()),
+        "ppo": (lambda a: O.ppo_loss(a["logp"], a["logp_old"], a["advantages"], mask=sm),
+                {"logp": steps + 0.3, "logp_old": steps, "advantages": adv},
+                {"logp": sm, "logp_old": sm, "advantages": sm}, ("logp",)),
+        "reinforce": (lambda a: O.reinforce_loss(a["logp"], a["advantages"], sm),
+                      {"logp": steps, "advantages": adv}, {"logp": sm, "advantages": sm}, ("logp",)),
+        "dg": (lambda a: O.dg_loss(a["logp"], a["advantages"], mask=sm), {"logp": steps, "advantages": adv},
+               {"logp": sm, "advantages": sm}, ("logp",)),
+        "dg_gate": (lambda a: O.dg_gate(a["advantages"], a["logp"], mask=sm), {"logp": steps, "advantages": adv},
+                    {"logp": sm, "advantages": sm}, ()),
+        "k3_kl": (lambda a: O.k3_kl(a["logp"], a["logp_ref"], mask=sm), {"logp": steps + 0.2, "logp_ref": steps},
+                  {"logp": sm, "logp_ref": sm}, ("logp",)),
+        "cross_entropy": (lambda a: O.cross_entropy_loss(a["logits"], labels, row), {"logits": lp},
+                          {"logits": row.unsqueeze(-1).expand(3, 4)}, ("logits",)),
+    }
+
+
+MASKED = _masked_cases()
+
+
+@pytest.mark.parametrize("fill", NONFINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("name", list(MASKED))
+def test_masked_entries_are_ignored_whatever_they_hold(name, fill):
+    fn, tensors, masks, grad_names = MASKED[name]
+
+    def run(source):
+        args = {k: v.clone().requires_grad_(k in grad_names) for k, v in source.items()}
+        out = fn(args)
+        grads = {}
+        if grad_names:
+            out.sum().backward()
+            grads = {k: args[k].grad for k in grad_names}
+        return out, grads
+
+    masks = {k: masks.get(k, torch.ones_like(v, dtype=torch.bool)) for k, v in tensors.items()}
+    clean = {k: torch.where(masks[k], v, torch.zeros(())) for k, v in tensors.items()}
+    dirty = {k: torch.where(masks[k], v, torch.full((), fill)) for k, v in tensors.items()}
+    out_clean, grad_clean = run(clean)
+    out_dirty, grad_dirty = run(dirty)
+    assert torch.equal(out_clean, out_dirty)
+    if out_dirty.is_floating_point():
+        assert torch.isfinite(out_dirty).all()
+    for k in grad_names:
+        assert torch.isfinite(grad_dirty[k]).all()
+        assert torch.equal(grad_dirty[k], grad_clean[k])
+        assert torch.equal(grad_dirty[k][~masks[k]], torch.zeros(int((~masks[k]).sum())))
+
+
+def test_masked_outputs_are_zero():
+    _, tensors, masks, _ = MASKED["standardize"]
+    m = masks["scores"]
+    dirty = torch.where(m, tensors["scores"], torch.full((), math.nan))
+    assert torch.equal(O.standardize_scores(dirty, m)[~m], torch.zeros(int((~m).sum())))
+    assert torch.equal(O.grpo_advantages(dirty, m)[~m], torch.zeros(int((~m).sum())))
+    _, tensors, masks, _ = MASKED["dg_gate"]
+    sm = masks["logp"]
+    w = O.dg_gate(tensors["advantages"], torch.where(sm, tensors["logp"], -math.inf), mask=sm)
+    assert torch.equal(w[~sm], torch.zeros(int((~sm).sum())))
+    kl = O.k3_kl(tensors["logp"], tensors["logp"] + 1.0, mask=sm)
+    assert torch.equal(kl[~sm], torch.zeros(int((~sm).sum()))) and (kl[sm] > 0).all()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda lp: O.tpo_loss(lp, torch.softmax(t([[0.0, 0.0, 1.0]]), -1)),
+    lambda lp: O.tpo_target(lp, t([[1.0, 0.0, -1.0]])),
+    lambda lp: O.grpo_loss(lp, t([[-1.0, -1.0, -1.0]]), t([[1.0, 0.0, 2.0]])),
+    lambda lp: O.grpo_loss(t([[-1.0, -1.0, -1.0]]), lp, t([[1.0, 0.0, 2.0]])),
+    lambda lp: O.group_pg_loss(lp, t([[1.0, 0.0, -1.0]])),
+    lambda lp: O.ppo_loss(lp, lp, t([[1.0, 0.0, -1.0]])),
+    lambda lp: O.reinforce_loss(lp, t([[1.0, 0.0, -1.0]])),
+    lambda lp: O.dg_loss(lp, t([[1.0, 0.0, -1.0]])),
+    lambda lp: O.dg_gate(t([[1.0, 0.0, -1.0]]), lp),
+    lambda lp: O.k3_kl(lp, t([[-1.0, -1.0, -1.0]])),
+])
+def test_unmasked_minus_inf_logp_raises(fn):
+    """A log-prob of -inf at a valid position (a sampled candidate of probability 0) is an error."""
+    lp = t([[-0.5, -math.inf, -1.0]])
+    with pytest.raises(ValueError, match="logp"):
+        fn(lp)
+    fn(t([[-0.5, -1e4, -1.0]]))  # very negative but finite is fine
+    mask = torch.tensor([[True, False, True]])
+    O.tpo_loss(lp, torch.softmax(t([[0.0, 0.0, 1.0]]), -1) * mask, mask)  # masked is fine
+
+
+# ------------------------------------------------------------------ 4. labels and actions
+@pytest.mark.parametrize("labels", [
+    t([0.0, 2.7]), t([0.0, 2.0]), torch.tensor([True, False]), torch.tensor([0, -1]), torch.tensor([0, 3]),
+    torch.tensor([0, 2**40]),
+])
+def test_cross_entropy_labels_are_validated_not_truncated(labels):
+    logits = t([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    with pytest.raises(ValueError, match="labels"):
+        O.cross_entropy_loss(logits, labels)
+
+
+def test_cross_entropy_accepts_every_integer_dtype_and_ignores_masked_labels():
+    logits = t([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]])
+    ref = O.cross_entropy_loss(logits[:2], torch.tensor([0, 2]))
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        assert torch.allclose(O.cross_entropy_loss(logits[:2], torch.tensor([0, 2], dtype=dtype)), ref)
+    mask = torch.tensor([True, True, False])
+    assert torch.allclose(O.cross_entropy_loss(logits, torch.tensor([0, 2, -100]), mask), ref)
+    assert torch.allclose(O.cross_entropy_loss(logits, torch.tensor([0, 2, 7]), mask), ref)
+    lg = torch.where(mask.unsqueeze(-1), logits, math.nan).requires_grad_(True)
+    loss = O.cross_entropy_loss(lg, torch.tensor([0, 2, -100]), mask)
+    loss.backward()
+    assert torch.allclose(loss, ref) and torch.equal(lg.grad[2], torch.zeros(3))
+    with pytest.raises(ValueError, match="mask"):
+        O.cross_entropy_loss(logits, torch.tensor([0, 2, 0]), torch.ones(2, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask"):
+        O.cross_entropy_loss(logits, torch.tensor([0, 2, 0]), torch.ones(3))
+    full = torch.zeros(3, dtype=torch.bool)
+    lg = logits.clone().requires_grad_(True)
+    loss = O.cross_entropy_loss(lg, torch.tensor([0, 2, 0]), full)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(lg.grad, torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("actions", [
+    t([0.0, 2.7]), t([0.0, 2.0]), torch.tensor([True, False]), torch.tensor([0, -1]), torch.tensor([0, 3]),
+])
+def test_onehot_actions_are_validated_not_truncated(actions):
+    probs = t([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    with pytest.raises(ValueError, match="actions"):
+        O.onehot_advantage_scores(actions, t([1.0, 0.0]), probs)
+    for dtype in (torch.uint8, torch.int32, torch.int64):
+        s = O.onehot_advantage_scores(torch.tensor([1, 2], dtype=dtype), t([1.0, 0.0]), probs)
+        assert torch.allclose(s, t([[0.0, 0.5, 0.0], [0.0, 0.0, -0.38]]))
+
+
+def test_onehot_probs_must_be_probabilities():
+    with pytest.raises(ValueError, match="probs"):
+        O.onehot_advantage_scores(torch.tensor([0]), t([1.0]), t([[-0.5, 1.5]]))
+
+
+# --------------------------------------------------- 5. fully masked rows: one convention
+def test_step_losses_average_over_trajectories_with_a_valid_step():
+    g = torch.Generator().manual_seed(12)
+    steps = _lp(3, 4)
+    adv = torch.randn(3, 4, generator=g)
+    mask = torch.tensor([[True, True, False, False], [False] * 4, [True] * 4])
+    keep = mask.any(-1)
+    for fn in (
+        lambda lp, a, m: O.ppo_loss(lp, lp.detach() - 0.1, a, mask=m),
+        lambda lp, a, m: O.reinforce_loss(lp, a, m),
+        lambda lp, a, m: O.dg_loss(lp, a, mask=m),
+    ):
+        full = fn(steps, adv, mask)
+        sub = fn(steps[keep], adv[keep], mask[keep])
+        assert torch.allclose(full, sub)
+        # by hand: sum over valid steps, mean over the two trajectories that have one
+        assert not torch.allclose(full, sub * 2 / 3)
+
+
+def test_step_losses_one_step_trajectories_with_a_mask():
+    lp = t([-0.5, -1.0, -2.0])
+    adv = t([1.0, 2.0, -1.0])
+    mask = torch.tensor([True, False, True])
+    assert torch.allclose(O.reinforce_loss(lp, adv, mask), t(-(1.0 * -0.5 + -1.0 * -2.0) / 2))
+
+
+_FULLY_MASKED = [
+    lambda lp, m: O.ppo_loss(lp, lp.detach(), torch.ones_like(lp), mask=m),
+    lambda lp, m: O.reinforce_loss(lp, torch.ones_like(lp), m),
+    lambda lp, m: O.dg_loss(lp, torch.ones_like(lp), mask=m),
+    lambda lp, m: O.tpo_loss(lp, torch.zeros_like(lp), m),
+    lambda lp, m: O.grpo_loss(lp, lp.detach(), torch.ones_like(lp), mask=m),
+    lambda lp, m: O.group_pg_loss(lp, torch.ones_like(lp), mask=m),
+    lambda lp, m: O.cross_entropy_loss(lp, torch.zeros(lp.shape[:-1], dtype=torch.long), m[..., 0]),
+]
+
+
+@pytest.mark.parametrize("fn,shape", [(fn, shape) for fn in _FULLY_MASKED for shape in ((3,), (2, 3))
+                                      if shape == (2, 3) or "cross_entropy_loss" not in fn.__code__.co_names])
+def test_fully_masked_batch_gives_zero_loss_and_zero_gradient(fn, shape):
+    lp = torch.full(shape, -math.inf).requires_grad_(True)
+    mask = torch.zeros(shape, dtype=torch.bool)
+    loss = fn(lp, mask)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.equal(lp.grad, torch.zeros(shape))
+
+
+# ------------------------------------------------------------------ 6. k3_kl and dg_gate
+def test_k3_kl_and_dg_gate_validate_shapes_and_values():
+    with pytest.raises(ValueError, match="shape"):
+        O.k3_kl(t([[0.0, -1.0]]), t([0.0, -1.0]))
+    with pytest.raises(ValueError, match="logp_ref"):
+        O.k3_kl(t([0.0, -1.0]), t([0.0, math.nan]))
+    with pytest.raises(ValueError, match="shape"):
+        O.dg_gate(t([[1.0, 0.0]]), t([-1.0, -1.0]))
+    with pytest.raises(ValueError, match="advantages"):
+        O.dg_gate(t([1.0, math.inf]), t([-1.0, -1.0]))
+    assert torch.equal(O.k3_kl(t([-1.0, -2.0]), t([-1.0, -2.0])), torch.zeros(2))
+    # extreme but finite log-ratios stay finite (clipped at +-20)
+    assert torch.isfinite(O.k3_kl(t([-1e300, 0.0]), t([0.0, -1e300]))).all()
+    assert torch.isfinite(O.dg_gate(t([1e300, -1e300]), t([-1e300, -1e300]))).all()
+
+
+def test_baseline_and_grpo_advantages_reject_nonfinite_and_empty():
+    for bad in NONFINITE:
+        with pytest.raises(ValueError, match="rewards"):
+            O.batch_baseline_advantages(t([[1.0, bad], [0.0, 1.0]]))
+        with pytest.raises(ValueError, match="scores"):
+            O.grpo_advantages(t([[1.0, bad], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="rewards"):
+        O.batch_baseline_advantages(torch.zeros(0, 3))
+    with pytest.raises(ValueError, match="scores"):
+        O.grpo_advantages(torch.zeros(2, 0))
+
+
+def test_module_docstring_has_no_path_outside_the_repo():
+    assert "SPEC.md" not in (O.__doc__ or "")
+    assert "../" not in (O.__doc__ or "")
+
+
+def test_tpo_gradient_is_exactly_zero_when_the_target_is_the_policy() -> None:
+    logp = torch.log_softmax(torch.randn(6, 8, dtype=torch.float32), dim=-1).requires_grad_(True)
+    q = O.tpo_target(logp.detach(), torch.zeros(6, 8, dtype=torch.float32), eta=1.0)
+    (grad,) = torch.autograd.grad(O.tpo_loss(logp, q), logp)
+    assert torch.equal(grad, torch.zeros_like(grad))
+    mask = torch.rand(6, 8) > 0.3
+    q = O.tpo_target(logp.detach(), torch.zeros(6, 8, dtype=torch.float32), eta=1.0, mask=mask)
+    (grad,) = torch.autograd.grad(O.tpo_loss(logp, q, mask), logp)
+    assert torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_grpo_kl_to_a_reference_model() -> None:
+    torch.manual_seed(0)
+    logp_old = torch.randn(3, 4, dtype=torch.float64)
+    scores = torch.rand(3, 4, dtype=torch.float64)
+    logp = (logp_old + 0.1 * torch.randn(3, 4, dtype=torch.float64)).requires_grad_(True)
+    same = O.grpo_loss(logp, logp_old, scores, beta=0.5, logp_ref=logp_old)
+    torch.testing.assert_close(same, O.grpo_loss(logp, logp_old, scores, beta=0.5))
+    ref = logp_old - 0.3
+    with_ref = O.grpo_loss(logp, logp_old, scores, beta=0.5, logp_ref=ref)
+    no_kl = O.grpo_loss(logp, logp_old, scores, beta=0.0)
+    r = (ref - logp).detach()
+    expected_kl = (torch.exp(r) - r - 1).sum(dim=-1).mean()
+    torch.testing.assert_close(with_ref - no_kl, 0.5 * expected_kl)
+    with pytest.raises(ValueError, match="logp_ref"):
+        O.grpo_loss(logp, logp_old, scores, logp_ref=torch.zeros(3, 5, dtype=torch.float64))
