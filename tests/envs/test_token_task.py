@@ -158,9 +158,9 @@ def test_bad_group_size(group_size: object) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"vocab_size": 1}, "vocab_size must be an integer >= 2, got 1"),
+        ({"vocab_size": 1}, "vocab_size must be an integer >= 2.*, got 1"),
         ({"vocab_size": 2.5}, "vocab_size"),
-        ({"length": 0}, "length must be an integer >= 1, got 0"),
+        ({"length": 0}, "length must be an integer >= 1.*, got 0"),
         ({"target": "copyy"}, r"target must be one of \['copy', 'flip', 'reverse_copy', 'reverse_flip'\], got 'copyy'"),
         ({"reward": "dense"}, r"reward must be one of \['bag', 'sequential', 'terminal'\], got 'dense'"),
     ],
@@ -175,8 +175,8 @@ def test_bad_kwargs(kwargs: dict[str, object], match: str) -> None:
 @pytest.mark.parametrize(
     ("action", "match"),
     [
-        (2, r"outside the action space Discrete\(2\)"),
-        (-1, "outside the action space"),
+        (2, r"action must be an integer in \[0, 2\) \(the action space Discrete\(2\)\), got 2"),
+        (-1, r"action must be an integer in \[0, 2\).*got -1"),
         (1.0, "must be an integer"),
         (np.float32(1), "must be an integer"),
         (True, "bool"),
@@ -197,7 +197,7 @@ def test_bad_actions_single(action: object, match: str) -> None:
 @pytest.mark.parametrize(
     ("actions", "match"),
     [
-        (np.array([0, 1, 2, 0]), r"outside Discrete\(2\)"),
+        (np.array([0, 1, 2, 0]), r"actions must be integers in \[0, 2\) \(Discrete\(2\)\), got \[2\] outside it"),
         (np.array([0.0, 1.0, 1.0, 0.0]), "integer dtype"),
         (np.array([True, False, True, True]), "integer dtype"),
         (np.array([0, 1, 1]), r"shape \(4,\)"),

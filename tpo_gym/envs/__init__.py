@@ -27,7 +27,8 @@ Registered ids
 ``tpo_gym/TokenReversalSequential-v0`` reverse_copy, sequential, V=2, H=10
 ``tpo_gym/TokenReverseFlipSequential-v0`` reverse_flip, sequential, V=2, H=10
 ``tpo_gym/TokenReversalTerminal-v0``  reverse_copy, terminal, V=2, H=10 (SPEC Table 3; pass ``length``)
-``tpo_gym/ReasoningGym-v0``           any Reasoning Gym dataset (``dataset``, ``size``, ``seed``, config)
+``tpo_gym/ReasoningGym-v0``           any Reasoning Gym dataset (``dataset``, ``size``, ``seed``, config);
+                                      one-step text episodes, ``max_episode_steps=1``
 ===================================== =========================================================
 
 Every kwarg of the short ids can still be overridden, e.g.
@@ -43,6 +44,42 @@ Group API (relied on by the agents)
   ``i*G..(i+1)*G-1`` share one context; ``num_envs % G != 0`` raises ``ValueError``.
 * :func:`tpo_gym.envs.group.group_rollout_envs` + :func:`tpo_gym.envs.group.group_reset` for any
   other Gymnasium env: K copies reset with one seed.
+
+Episode summary and reward credit (relied on by the agents' rollout code, which reads no
+task-specific field):
+
+* ``info["score"]`` and ``info["error"]``, two Python ``float`` in ``[0, 1]``, in the ``info`` of
+  the step that ends an episode (``terminated=True``) and only there:
+
+  ========================= ============================================ ============================
+  env                       ``score`` (the paper's episode score)        ``error`` (the logged error)
+  ========================= ============================================ ============================
+  token, bag / sequential   mean per-step reward, return / H             token error (= ``token_error``)
+  token, terminal           exact match, 0.0 or 1.0 (= the return)       1 - exact match
+  bandits, MNIST            the reward                                   1 - reward
+  ReasoningGym              the dataset's score (= the reward)           1 - score
+  ========================= ============================================ ============================
+
+  Native vector envs give them as ``float64 [num_envs]`` arrays with the boolean masks
+  ``info["_score"]`` / ``info["_error"]`` (True for the sub-envs whose episode ended at this step,
+  entries elsewhere 0.0), exactly as ``SyncVectorEnv`` batches the single envs' infos; the keys
+  are absent when no episode ends. The task-specific keys stay (``token_error``, ``exact_match``,
+  ``is_success``, ``label``, ...).
+* ``reward_credit``, a ``str`` attribute of every env (``env.unwrapped.reward_credit`` or
+  ``env.get_wrapper_attr("reward_credit")``) and native vector env (``venv.reward_credit``):
+  ``"step"`` (each step's reward is its own credit; the default) or ``"episode"`` (the task's reward
+  belongs to the whole episode: single-sample methods credit every step with the episode's total
+  reward). Only the terminal token task (``reward="terminal"``, e.g.
+  ``tpo_gym/TokenReversalTerminal-v0``) is ``"episode"``: SPEC section 3 defines
+  ``r_t = 1{all correct}`` at every position, while the env pays it once, at the last step.
+
+Arguments: every env checks its kwargs, ``reset``'s ``seed`` (None or an integer >= 0; numpy
+integers too; native vector envs also take a list of one such seed per sub-env) and ``options``
+(None or a dict with str keys), raising ``ValueError`` worded ``"<name> must be <allowed>, got
+<value>"``. Sizes have maxima that fit the spaces and arrays (e.g. ``vocab_size <= 2**62``,
+``length <= 2**16``, ``n_contexts <= 2**24``, ``num_envs <= 2**20``), named in the error.
+Native vector envs' ``observation_space`` / ``action_space`` equal ``SyncVectorEnv``'s
+(``gymnasium.vector.utils.batch_space`` of the single spaces).
 
 Details in :mod:`tpo_gym.envs.group`. Pure helpers: :func:`tpo_gym.envs.token_task.token_targets`,
 :func:`tpo_gym.envs.token_task.step_rewards`, :func:`tpo_gym.envs.bandit.correct_arm_table`,
@@ -98,7 +135,7 @@ _SPECS: dict[str, dict[str, Any]] = {
         }
         for name, kw in _TOKEN_SHORT_IDS.items()
     },
-    "ReasoningGym-v0": {"entry_point": f"{_M}.reasoning_gym_env:ReasoningGymEnv"},
+    "ReasoningGym-v0": {"entry_point": f"{_M}.reasoning_gym_env:ReasoningGymEnv", "max_episode_steps": 1},
 }
 
 #: Every id this package registers.

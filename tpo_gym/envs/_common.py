@@ -1,9 +1,13 @@
-"""Shared helpers of the tpo_gym environments: strict action checks and per-env seeding.
+"""Shared helpers of the tpo_gym environments: limits, strict action checks and per-env seeding.
 
 Nothing here is public API. The helpers exist so that every environment rejects bad input the same
-way (a ``ValueError`` naming the bad value and what is allowed, never a silent clip) and so that the
-native vector environments draw their contexts from exactly the random streams that
+way (a ``ValueError`` worded ``"<name> must be <what is allowed>, got <value>"``, as everywhere in
+tpo-gym, see :mod:`tpo_gym._validation`; never a silent clip) and so that the native vector
+environments draw their contexts from exactly the random streams that
 :class:`gymnasium.vector.SyncVectorEnv` would give each copy of the single environment.
+
+Scalar arguments (sizes, seeds, choices, ``reset``'s ``options``) are checked with
+:mod:`tpo_gym._validation`; the limits below are the largest sizes the environments can hold.
 """
 
 from __future__ import annotations
@@ -14,21 +18,64 @@ from typing import Any
 import numpy as np
 from gymnasium.utils import seeding
 
+from tpo_gym._validation import INT64_MAX, check_int, check_options, check_seed
 
-def check_int_kwarg(name: str, value: Any, minimum: int) -> int:
-    """Return ``value`` as an ``int`` if it is an integer ``>= minimum``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+#: Largest ``n`` of :func:`draw_uniform` (one 64-bit word per draw, exactly uniform up to 2**62).
+MAX_DRAW = 1 << 62
+#: Largest ``num_envs`` of a native vector env: each sub-env keeps its own numpy ``Generator``
+#: (about 1 KB, and about 0.1 ms to seed), as ``SyncVectorEnv`` does.
+MAX_NUM_ENVS = 1 << 20
+#: Largest ``n_arms``: the ``Discrete(n_arms)`` action space holds ``n_arms`` as an int64.
+MAX_ARMS = INT64_MAX
+#: Largest ``n_contexts``: the observation is a dense one-hot float32 vector of that length and the
+#: table of correct arms an int64 array of that length (64 MiB and 128 MiB at the limit).
+MAX_CONTEXTS = 1 << 24
+#: Largest ``vocab_size`` V: prompt tokens are drawn with :func:`draw_uniform` (V <= 2**62), and the
+#: observation space ``MultiDiscrete([V + 1] * 2H)`` needs ``V + 1`` to fit an int64.
+MAX_VOCAB = MAX_DRAW
+#: Largest ``length`` H: the observation holds 2H int64 tokens and every step returns a copy of it,
+#: so an episode costs O(H**2); the paper's tasks use H <= 20.
+MAX_LENGTH = 1 << 16
 
 
-def check_choice_kwarg(name: str, value: Any, allowed: Sequence[str]) -> str:
-    """Return ``value`` if it is one of ``allowed``, else raise ``ValueError`` listing the choices."""
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
-    return value
+def _power_text(n: int) -> str:
+    """``n`` as ``2**k`` / ``2**k - 1`` where it is one of those (limits read better that way)."""
+    for k in range(8, 65):
+        if n == 1 << k:
+            return f"2**{k}"
+        if n == (1 << k) - 1:
+            return f"2**{k} - 1"
+    return str(n)
+
+
+def check_size(name: str, value: Any, minimum: int, maximum: int, why: str) -> int:
+    """:func:`tpo_gym._validation.check_int`, whose error also says the maximum and why it is what it is."""
+    try:
+        return check_int(name, value, minimum=minimum, maximum=maximum)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (max {_power_text(maximum)}: {why})") from None
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """``num_envs`` of a native vector env: an integer in ``[1, MAX_NUM_ENVS]``."""
+    return check_size(
+        "num_envs", num_envs, 1, MAX_NUM_ENVS, "each sub-env keeps its own numpy Generator, as in SyncVectorEnv"
+    )
+
+
+def check_reset_args(seed: Any, options: Any) -> tuple[int | None, dict[str, Any] | None]:
+    """``reset``'s ``seed`` (None or an integer >= 0, numpy integers too) and ``options`` (None or a dict).
+
+    Returns the seed as a Python ``int`` (Gymnasium's seeding accepts only Python ints).
+    """
+    return check_seed(seed), check_options(options)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
 
 
 def check_discrete_action(action: Any, n: int) -> int:
@@ -38,19 +85,20 @@ def check_discrete_action(action: Any, n: int) -> int:
     ``0 <= action < n``. Anything else (floats, bools, strings, arrays of another shape, out of
     range values) raises ``ValueError``; nothing is rounded or clipped.
     """
+    allowed = f"an integer in [0, {n}) (the action space Discrete({n}))"
     if isinstance(action, (bool, np.bool_)):
-        raise ValueError(f"action must be an integer in [0, {n}), got the bool {action!r}")
+        raise ValueError(f"action must be {allowed}, got the bool {action!r}")
     if isinstance(action, np.ndarray):
         if action.shape != ():
-            raise ValueError(f"action must be a scalar integer in [0, {n}), got an array of shape {action.shape}")
+            raise ValueError(f"action must be {allowed}, a scalar, got an array of shape {action.shape}")
         if not np.issubdtype(action.dtype, np.integer):
-            raise ValueError(f"action must have an integer dtype, got dtype {action.dtype} ({action!r})")
+            raise ValueError(f"action must be {allowed}, with an integer dtype, got dtype {action.dtype} ({action!r})")
         action = action.item()
     if not isinstance(action, (int, np.integer)):
-        raise ValueError(f"action must be an integer in [0, {n}), got {action!r} of type {type(action).__name__}")
+        raise ValueError(f"action must be {allowed}, got {_show(action)}")
     value = int(action)
     if not 0 <= value < n:
-        raise ValueError(f"action {value} is outside the action space Discrete({n}): allowed 0..{n - 1}")
+        raise ValueError(f"action must be {allowed}, got {value}")
     return value
 
 
@@ -64,11 +112,15 @@ def check_discrete_batch(actions: Any, n: int, num_envs: int, what: str = "actio
     arr = np.asarray(actions)
     if arr.shape != (num_envs,):
         raise ValueError(f"{what} must have shape ({num_envs},) (one per env), got shape {arr.shape}")
+    return _check_discrete_values(arr, n, what)
+
+
+def _check_discrete_values(arr: np.ndarray, n: int, what: str) -> np.ndarray:
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{what} must have an integer dtype, got dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or arr.max() >= n):
         bad = arr[(arr < 0) | (arr >= n)]
-        raise ValueError(f"{what} outside Discrete({n}) (allowed 0..{n - 1}): {bad[:8].tolist()}")
+        raise ValueError(f"{what} must be integers in [0, {n}) (Discrete({n})), got {bad[:8].tolist()} outside it")
     return arr.astype(np.int64, copy=False)
 
 
@@ -77,7 +129,7 @@ def check_candidates(candidates: Any, n: int) -> np.ndarray:
     arr = np.asarray(candidates)
     if arr.ndim != 1 or arr.shape[0] < 1:
         raise ValueError(f"candidates must be a 1-D array of K >= 1 actions, got shape {arr.shape}")
-    return check_discrete_batch(arr, n, arr.shape[0], what="candidates")
+    return _check_discrete_values(arr, n, "candidates")
 
 
 def check_candidate_matrix(candidates: Any, n: int, num_envs: int) -> np.ndarray:
@@ -85,47 +137,48 @@ def check_candidate_matrix(candidates: Any, n: int, num_envs: int) -> np.ndarray
     arr = np.asarray(candidates)
     if arr.ndim != 2 or arr.shape[0] != num_envs or arr.shape[1] < 1:
         raise ValueError(f"candidates must have shape ({num_envs}, K) with K >= 1, got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"candidates must have an integer dtype, got dtype {arr.dtype}")
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise ValueError(f"candidates outside Discrete({n}) (allowed 0..{n - 1})")
-    return arr.astype(np.int64, copy=False)
+    return _check_discrete_values(arr, n, "candidates")
 
 
 def check_group_size(options: dict[str, Any] | None, num_envs: int) -> int:
     """Read ``options["group_size"]`` (default 1) and check it divides ``num_envs``."""
     if options is None or "group_size" not in options:
         return 1
-    g = options["group_size"]
-    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or int(g) < 1:
-        raise ValueError(f"options['group_size'] must be a positive integer, got {g!r}")
-    if num_envs % int(g) != 0:
+    g = check_int("options['group_size']", options["group_size"], minimum=1, maximum=num_envs)
+    if num_envs % g != 0:
         raise ValueError(
-            f"options['group_size']={int(g)} must divide num_envs={num_envs} (envs i*G..(i+1)*G-1 share one context)"
+            f"options['group_size'] must divide num_envs={num_envs} (envs i*G..(i+1)*G-1 share one context), got {g}"
         )
-    return int(g)
+    return g
 
 
-def seed_generators(seed: int | Sequence[int | None] | None, num_envs: int) -> list[np.random.Generator]:
+def seed_generators(seed: Any, num_envs: int) -> list[np.random.Generator]:
     """One generator per sub-env, seeded exactly as ``SyncVectorEnv.reset(seed=...)`` seeds its copies.
 
-    ``seed`` an int: env ``i`` gets ``seed + i``; a sequence: one seed per env; ``None``: fresh entropy.
-    Each generator comes from :func:`gymnasium.utils.seeding.np_random`, like ``Env.reset(seed=...)``,
-    so a native vector env draws the same contexts as ``num_envs`` single envs in a ``SyncVectorEnv``.
+    ``seed`` an integer >= 0: env ``i`` gets ``seed + i``; a list (tuple, 1-D array) of ``num_envs``
+    seeds, each None or an integer >= 0: one seed per env; ``None``: fresh entropy. Numpy integers
+    are accepted. Each generator comes from :func:`gymnasium.utils.seeding.np_random`, like
+    ``Env.reset(seed=...)``, so a native vector env draws the same contexts as ``num_envs`` single
+    envs in a ``SyncVectorEnv``. Anything else raises ``ValueError``.
     """
     if seed is None:
         seeds: list[int | None] = [None] * num_envs
-    elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        seeds = [int(seed) + i for i in range(num_envs)]
+    elif isinstance(seed, (list, tuple, np.ndarray)):
+        if (isinstance(seed, np.ndarray) and seed.ndim != 1) or len(seed) != num_envs:
+            raise ValueError(
+                f"seed must be None, an integer >= 0 or a list of {num_envs} seeds (one per env), got {_show(seed)}"
+            )
+        seeds = [check_seed(s, name=f"seed[{i}]") for i, s in enumerate(seed)]
+    elif isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        base = check_seed(seed)
+        assert base is not None
+        seeds = [base + i for i in range(num_envs)]
     else:
-        seeds = list(seed)
-        if len(seeds) != num_envs:
-            raise ValueError(f"seed must be an int, None or a list of {num_envs} seeds, got {len(seeds)}")
+        raise ValueError(f"seed must be None, an integer >= 0 or a list of {num_envs} seeds, got {_show(seed)}")
     return [seeding.np_random(s)[0] for s in seeds]
 
 
 _TWO_64 = 1 << 64
-_MAX_CODE = 1 << 62
 
 
 def draw_uniform(gens: Sequence[np.random.Generator], n: int) -> np.ndarray:
@@ -137,8 +190,8 @@ def draw_uniform(gens: Sequence[np.random.Generator], n: int) -> np.ndarray:
     draw the same contexts from the same seeds; per generator it costs one cheap call, which is what
     makes native resets fast. ``1 <= n <= 2**62``.
     """
-    if not 1 <= n <= _MAX_CODE:
-        raise ValueError(f"n must be in [1, 2**62], got {n}")
+    if not 1 <= n <= MAX_DRAW:
+        raise ValueError(f"n must be an integer in [1, 2**62], got {n!r}")
     raw = np.fromiter((g.bit_generator.random_raw() for g in gens), dtype=np.uint64, count=len(gens))
     limit = (_TWO_64 // n) * n
     if limit < _TWO_64:
@@ -157,7 +210,7 @@ def draw_tokens(gens: Sequence[np.random.Generator], vocab_size: int, length: in
     as fit in 62 bits (one code for the paper's V=2..16, H<=10), drawn chunk by chunk.
     """
     per_code = 1
-    while vocab_size ** (per_code + 1) <= _MAX_CODE:
+    while vocab_size ** (per_code + 1) <= MAX_DRAW:
         per_code += 1
     out = np.empty((len(gens), length), dtype=np.int64)
     for start in range(0, length, per_code):

@@ -9,7 +9,12 @@ It implements what every native vector env shares, with array operations only:
   ``seed = s + i`` (see :func:`tpo_gym.envs._common.seed_generators`), so native, sync and async
   vectorisation draw the same contexts and give the same rewards for the same actions;
 * the group option ``reset(options={"group_size": G})``: sub-envs ``i*G .. (i+1)*G-1`` share one
-  context, drawn from the generator of the group's first sub-env.
+  context, drawn from the generator of the group's first sub-env;
+* spaces exactly as ``SyncVectorEnv`` reports them:
+  ``observation_space = batch_space(single_observation_space, num_envs)`` (same for actions);
+* the episode summary in the ``info`` of the step that ends an episode (``score``, ``error`` with
+  their ``_score`` / ``_error`` masks) and the ``reward_credit`` attribute, as the single envs
+  (see :mod:`tpo_gym.envs`).
 
 Drawing a new context uses each resetting sub-env's own generator (one small numpy call per group,
 the only per-env Python work); ``step`` and ``score_candidates`` are pure array code.
@@ -20,24 +25,35 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
-from tpo_gym.envs._common import check_group_size, seed_generators
+from tpo_gym._validation import check_options
+from tpo_gym.envs._common import check_group_size, check_num_envs, seed_generators
 
 
 class NativeVectorEnv(VectorEnv):
     """Shared reset / autoreset / group logic; subclasses draw and assign contexts and step."""
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    #: How single-sample methods credit the rewards (see :mod:`tpo_gym.envs`); "step" unless a
+    #: subclass says otherwise.
+    reward_credit: str = "step"
 
     def __init__(self, num_envs: int) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self.num_envs = int(num_envs)
+        self.num_envs = check_num_envs(num_envs)
         self.group_size = 1
         self._gens: list[np.random.Generator] | None = None
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._has_reset = False
+
+    def _set_spaces(self, single_observation_space: spaces.Space[Any], single_action_space: spaces.Space[Any]) -> None:
+        """Set the single spaces and their batched forms, exactly as ``SyncVectorEnv`` builds them."""
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.observation_space = batch_space(single_observation_space, self.num_envs)
+        self.action_space = batch_space(single_action_space, self.num_envs)
 
     # -- hooks for subclasses ------------------------------------------------------------------
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
@@ -73,14 +89,19 @@ class NativeVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every sub-env. ``options={"group_size": G}`` makes groups of G share a context.
 
-        ``seed`` is an int (sub-env ``i`` gets ``seed + i``, as in ``SyncVectorEnv``), a list of one
-        seed per sub-env, or ``None`` (keep the current generators; fresh entropy on first reset).
+        ``seed`` is an integer >= 0 (sub-env ``i`` gets ``seed + i``, as in ``SyncVectorEnv``), a list
+        of one seed per sub-env (each None or an integer >= 0), or ``None`` (keep the current
+        generators; fresh entropy on first reset). ``options`` is None or a dict with str keys.
+        Anything else raises ``ValueError``.
         """
-        self.group_size = check_group_size(options, self.num_envs)
-        seeded = seed is not None or self._gens is None
-        if seeded:
-            self._gens = seed_generators(seed, self.num_envs)
-            self._np_random = self._gens[0]
+        options = check_options(options)
+        group_size = check_group_size(options, self.num_envs)
+        gens = seed_generators(seed, self.num_envs) if (seed is not None or self._gens is None) else None
+        self.group_size = group_size
+        seeded = gens is not None
+        if gens is not None:
+            self._gens = gens
+            self._np_random = gens[0]
         self._reset_subenvs(np.ones(self.num_envs, dtype=np.bool_), seeded=seeded)
         self._has_reset = True
         return self._observations(), {}
@@ -91,6 +112,15 @@ class NativeVectorEnv(VectorEnv):
 
     @staticmethod
     def _masked_info(info: dict[str, Any], key: str, values: np.ndarray, mask: np.ndarray) -> None:
-        """Add ``values`` under ``key`` with the ``_key`` mask, like ``VectorEnv._add_info``."""
-        info[key] = values
-        info["_" + key] = mask
+        """Add ``values`` under ``key`` with the ``_key`` mask, like ``VectorEnv._add_info``.
+
+        Entries outside ``mask`` are zero (``False`` for bools), as ``SyncVectorEnv`` leaves them.
+        """
+        info[key] = np.where(mask, values, np.zeros((), dtype=values.dtype))
+        info["_" + key] = mask.copy()
+
+    @classmethod
+    def _episode_info(cls, info: dict[str, Any], ended: np.ndarray, score: np.ndarray, error: np.ndarray) -> None:
+        """Add the episode summary ``score`` / ``error`` (float64) of the sub-envs in ``ended``."""
+        cls._masked_info(info, "score", np.asarray(score, dtype=np.float64), ended)
+        cls._masked_info(info, "error", np.asarray(error, dtype=np.float64), ended)

@@ -9,30 +9,48 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tpo_gym._validation import check_int
 from tpo_gym.envs._common import (
+    MAX_ARMS,
+    MAX_CONTEXTS,
     check_candidate_matrix,
     check_candidates,
     check_discrete_action,
     check_discrete_batch,
-    check_int_kwarg,
+    check_reset_args,
+    check_size,
     draw_uniform,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
 
 
+def _check_n_arms(n_arms: Any) -> int:
+    return check_size("n_arms", n_arms, 2, MAX_ARMS, "the action space Discrete(n_arms) holds n_arms as an int64")
+
+
+def _check_n_contexts(n_contexts: Any) -> int:
+    return check_size(
+        "n_contexts",
+        n_contexts,
+        1,
+        MAX_CONTEXTS,
+        "the observation is a dense one-hot float32 vector of n_contexts and the arm table an int64 array",
+    )
+
+
 def _resolve_correct_arm(correct_arm: Any, n_arms: int, table_seed: int) -> int:
-    """The fixed correct arm: ``correct_arm`` if given, else drawn from ``table_seed``."""
+    """The fixed correct arm: ``correct_arm`` if given (an integer in ``[0, n_arms)``), else from ``table_seed``."""
     if correct_arm is None:
         return int(correct_arm_table(1, n_arms, table_seed)[0])
-    return _check_correct_arm(correct_arm, n_arms)
+    try:
+        return check_int("correct_arm", correct_arm, minimum=0, maximum=n_arms - 1)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (None draws it from table_seed; n_arms={n_arms})") from None
 
 
-def _check_correct_arm(correct_arm: Any, n_arms: int) -> int:
-    if isinstance(correct_arm, bool) or not isinstance(correct_arm, (int, np.integer)):
-        raise ValueError(f"correct_arm must be None or an integer in [0, {n_arms}), got {correct_arm!r}")
-    if not 0 <= int(correct_arm) < n_arms:
-        raise ValueError(f"correct_arm must be in [0, {n_arms}) (n_arms={n_arms}), got {correct_arm!r}")
-    return int(correct_arm)
+def _bandit_info(hit: bool) -> dict[str, Any]:
+    """The ``info`` of a pull: the episode's score (the reward) and error (1 - reward)."""
+    return {"is_success": hit, "score": float(hit), "error": 1.0 - float(hit)}
 
 
 class BanditEnv(gym.Env[np.ndarray, np.int64]):
@@ -51,7 +69,8 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     agents such as Stable-Baselines3's ``PPO`` run unchanged.
 
     ## Rewards
-    ``1.0`` if the pulled arm is the correct arm, else ``0.0``.
+    ``1.0`` if the pulled arm is the correct arm, else ``0.0``. ``reward_credit = "step"``: the
+    pull's reward is its own credit.
 
     ## Starting State
     The correct arm is fixed for the life of the environment: the ``correct_arm`` argument if
@@ -61,13 +80,18 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     ``table_seed`` for another problem.
 
     ## Episode End
-    After one step: ``terminated=True, truncated=False``. ``info["is_success"]`` says whether the
-    pull was correct.
+    After one step: ``terminated=True, truncated=False``. The ``info`` of that step carries
+    ``is_success`` (bool: the pull was correct), ``score`` (float: the reward) and ``error``
+    (float: ``1 - reward``, the paper's logged error).
 
     ## Arguments
-    * ``n_arms`` (int, default 100, >= 2): number of arms.
-    * ``correct_arm`` (int or None, default None): the correct arm; None draws it from ``table_seed``.
-    * ``table_seed`` (int, default 0): seed of the correct arm when ``correct_arm`` is None.
+    * ``n_arms`` (int, default 100, ``2 <= n_arms <= 2**63 - 1``): number of arms.
+    * ``correct_arm`` (int or None, default None): the correct arm, in ``[0, n_arms)``; None draws it
+      from ``table_seed``.
+    * ``table_seed`` (int >= 0, default 0): seed of the correct arm when ``correct_arm`` is None.
+
+    Bad values (wrong type, out of range, too large) raise ``ValueError``; so do ``reset`` seeds
+    that are not None or an integer >= 0 and ``options`` that are not None or a dict.
 
     ```python
     >>> import gymnasium as gym, tpo_gym
@@ -76,7 +100,9 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Vectorized environment
     ``gym.make_vec("tpo_gym/Bandit-v0", num_envs=N, vectorization_mode="vector_entry_point")`` gives
-    :class:`BanditVectorEnv`: N pulls of the same bandit stepped with array operations.
+    :class:`BanditVectorEnv`: N pulls of the same bandit stepped with array operations, with the
+    spaces, rewards, ``info`` (``score`` / ``error`` with their ``_score`` / ``_error`` masks) and
+    ``reward_credit`` of ``SyncVectorEnv``.
 
     ## Group API
     ``score_candidates(candidates)`` returns the reward of each of K candidate arms, without
@@ -87,10 +113,11 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    reward_credit: str = "step"
 
     def __init__(self, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0) -> None:
-        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.n_arms = _check_n_arms(n_arms)
+        self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         self.correct_arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
         self.action_space = spaces.Discrete(self.n_arms)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
@@ -100,6 +127,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode (a single pull of the fixed bandit)."""
+        seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self._done = False
         return np.zeros(1, dtype=np.float32), {}
@@ -115,7 +143,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         correct = self._require_state()
         self._done = True
         hit = arm == correct
-        return np.zeros(1, dtype=np.float32), float(hit), True, False, {"is_success": hit}
+        return np.zeros(1, dtype=np.float32), float(hit), True, False, _bandit_info(hit)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate arm, without stepping or touching the RNG."""
@@ -136,13 +164,10 @@ class BanditVectorEnv(NativeVectorEnv):
         self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0
     ) -> None:
         super().__init__(num_envs)
-        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.n_arms = _check_n_arms(n_arms)
+        self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
-        self.single_action_space = spaces.Discrete(self.n_arms)
-        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
-        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, 1), dtype=np.float32)
+        self._set_spaces(spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32), spaces.Discrete(self.n_arms))
         self.correct_arm = np.full(self.num_envs, arm, np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
@@ -168,6 +193,7 @@ class BanditVectorEnv(NativeVectorEnv):
         info: dict[str, Any] = {}
         if active.any():
             self._masked_info(info, "is_success", hit, active)
+            self._episode_info(info, active, rewards, 1.0 - rewards)
         return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
@@ -203,21 +229,25 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     ``Box(0, 1, (n_contexts,), float32)``: the one-hot encoding of the context.
 
     ## Rewards
-    ``1.0`` if the arm is the context's correct arm, else ``0.0``.
+    ``1.0`` if the arm is the context's correct arm, else ``0.0``. ``reward_credit = "step"``.
 
     ## Starting State
     The context is drawn uniformly from ``self.np_random`` at each reset.
 
     ## Episode End
-    After one step: ``terminated=True, truncated=False``; ``info["is_success"]`` as the reward.
+    After one step: ``terminated=True, truncated=False``. The ``info`` of that step carries
+    ``is_success`` (bool), ``score`` (float: the reward) and ``error`` (float: ``1 - reward``).
 
     ## Arguments
-    * ``n_contexts`` (int, default 100, >= 1), ``n_arms`` (int, default 10, >= 2).
-    * ``table_seed`` (int, default 0): seed of the table of correct arms.
+    * ``n_contexts`` (int, default 100, ``1 <= n_contexts <= 2**24``: the one-hot observation is
+      dense), ``n_arms`` (int, default 10, ``2 <= n_arms <= 2**63 - 1``).
+    * ``table_seed`` (int >= 0, default 0): seed of the table of correct arms.
+
+    Bad values raise ``ValueError``, as do bad ``reset`` seeds and options.
 
     ## Vectorized environment
-    :class:`ContextualBanditVectorEnv` through ``vector_entry_point``; same draws as
-    ``SyncVectorEnv``.
+    :class:`ContextualBanditVectorEnv` through ``vector_entry_point``; same draws, spaces, rewards
+    and ``info`` as ``SyncVectorEnv``.
 
     ## Group API
     ``score_candidates(candidates)``: reward of K candidate arms for the current context.
@@ -227,11 +257,12 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    reward_credit: str = "step"
 
     def __init__(self, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
-        self.n_contexts = check_int_kwarg("n_contexts", n_contexts, 1)
-        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.n_contexts = _check_n_contexts(n_contexts)
+        self.n_arms = _check_n_arms(n_arms)
+        self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         self.correct_arms = correct_arm_table(self.n_contexts, self.n_arms, self.table_seed)
         self.action_space = spaces.Discrete(self.n_arms)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32)
@@ -247,6 +278,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw a context."""
+        seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self.context = int(draw_uniform([self.np_random], self.n_contexts)[0])
         return self._obs(), {}
@@ -263,7 +295,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         obs = self._obs()
         self.context = None
         hit = arm == int(self.correct_arms[ctx])
-        return obs, float(hit), True, False, {"is_success": hit}
+        return obs, float(hit), True, False, _bandit_info(hit)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate arm for the current context."""
@@ -280,14 +312,11 @@ class ContextualBanditVectorEnv(NativeVectorEnv):
 
     def __init__(self, num_envs: int = 1, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
         super().__init__(num_envs)
-        self.n_contexts = check_int_kwarg("n_contexts", n_contexts, 1)
-        self.n_arms = check_int_kwarg("n_arms", n_arms, 2)
-        self.table_seed = check_int_kwarg("table_seed", table_seed, 0)
+        self.n_contexts = _check_n_contexts(n_contexts)
+        self.n_arms = _check_n_arms(n_arms)
+        self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         self.correct_arms = correct_arm_table(self.n_contexts, self.n_arms, self.table_seed)
-        self.single_action_space = spaces.Discrete(self.n_arms)
-        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32)
-        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, self.n_arms))
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, self.n_contexts), dtype=np.float32)
+        self._set_spaces(spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32), spaces.Discrete(self.n_arms))
         self.contexts = np.zeros(self.num_envs, dtype=np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
@@ -312,10 +341,12 @@ class ContextualBanditVectorEnv(NativeVectorEnv):
         self._reset_subenvs(resetting)
         obs = np.where(resetting[:, None], self._observations(), obs_before)
         self._needs_reset = active.copy()
+        rewards = hit.astype(np.float64)
         info: dict[str, Any] = {}
         if active.any():
             self._masked_info(info, "is_success", hit, active)
-        return obs, hit.astype(np.float64), active.copy(), np.zeros(self.num_envs, np.bool_), info
+            self._episode_info(info, active, rewards, 1.0 - rewards)
+        return obs, rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of each candidate arm; 0 for sub-envs awaiting autoreset."""

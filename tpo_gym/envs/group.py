@@ -43,6 +43,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from tpo_gym._validation import check_choice, check_int, check_seed
+from tpo_gym.envs._common import MAX_NUM_ENVS
+
 __all__ = ["score_candidates", "group_rollout_envs", "group_reset"]
 
 
@@ -70,21 +73,20 @@ def group_rollout_envs(
     starts from the context that seed gives, and the K rollouts form one group. Works for any
     Gymnasium env id or env factory; ``vectorization_mode`` is "sync" (default) or "async".
     """
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
-        raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
-    if vectorization_mode not in ("sync", "async"):
-        raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+    group_size = check_int("group_size", group_size, minimum=1, maximum=MAX_NUM_ENVS)
+    check_choice("vectorization_mode", vectorization_mode, ("sync", "async"))
     if isinstance(env_id_or_fn, str):
-        return gym.make_vec(
-            env_id_or_fn, num_envs=int(group_size), vectorization_mode=vectorization_mode, **make_kwargs
-        )
+        return gym.make_vec(env_id_or_fn, num_envs=group_size, vectorization_mode=vectorization_mode, **make_kwargs)
     if make_kwargs:
         raise ValueError("make_kwargs are only used with an env id; bind them in the env factory instead")
-    fns = [env_id_or_fn] * int(group_size)
+    fns = [env_id_or_fn] * group_size
     cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
     return cls(fns)
 
 
 def group_reset(venv: gym.vector.VectorEnv, seed: int, options: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """Reset every sub-env of ``venv`` with the same ``seed``: one context, ``num_envs`` rollouts."""
-    return venv.reset(seed=[int(seed)] * venv.num_envs, options=options)
+    """Reset every sub-env of ``venv`` with the same ``seed`` (an integer >= 0): one context, ``num_envs`` rollouts."""
+    s = check_seed(seed)
+    if s is None:
+        raise ValueError("seed must be an integer >= 0 (one seed shared by the group), got None")
+    return venv.reset(seed=[s] * venv.num_envs, options=options)

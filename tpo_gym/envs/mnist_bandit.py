@@ -9,12 +9,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tpo_gym._validation import check_choice
 from tpo_gym.envs._common import (
     check_candidate_matrix,
     check_candidates,
-    check_choice_kwarg,
     check_discrete_action,
     check_discrete_batch,
+    check_reset_args,
     draw_uniform,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
@@ -39,14 +40,15 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     ``Box(0, 1, (784,), float32)``: the 28x28 image, pixels / 255, flattened row by row.
 
     ## Rewards
-    ``1.0`` if the action equals the label, else ``0.0``.
+    ``1.0`` if the action equals the label, else ``0.0``. ``reward_credit = "step"``.
 
     ## Starting State
     The image index is drawn uniformly from ``self.np_random`` at each reset.
 
     ## Episode End
     After one step: ``terminated=True, truncated=False``. ``info`` of that step carries ``label``
-    (int) and ``is_success``.
+    (int), ``is_success`` (bool), ``score`` (float: the reward) and ``error`` (float:
+    ``1 - reward``, the paper's logged training error).
 
     ## Arguments
     * ``split`` ("train" or "test", default "train").
@@ -56,7 +58,7 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Vectorized environment
     :class:`MNISTBanditVectorEnv` through ``vector_entry_point``: N images per step with array
-    operations, the same draws as ``SyncVectorEnv``.
+    operations, the same draws, spaces, rewards and ``info`` as ``SyncVectorEnv``.
 
     ## Group API
     ``score_candidates(candidates)``: reward of K candidate labels for the current image.
@@ -66,9 +68,10 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    reward_credit: str = "step"
 
     def __init__(self, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
-        self.split = check_choice_kwarg("split", split, SPLITS)
+        self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._images, self._labels = load_mnist(self.split, root)
         self.action_space = spaces.Discrete(10)
@@ -89,6 +92,7 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw an image."""
+        seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self.index = int(draw_uniform([self.np_random], len(self._labels))[0])
         return self._images[self.index].copy(), {}
@@ -104,7 +108,9 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
         idx = self._require_index()
         self.index = None
         label = int(self._labels[idx])
-        return self._images[idx].copy(), float(a == label), True, False, {"label": label, "is_success": a == label}
+        hit = a == label
+        info = {"label": label, "is_success": hit, "score": float(hit), "error": 1.0 - float(hit)}
+        return self._images[idx].copy(), float(hit), True, False, info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate label for the current image."""
@@ -121,13 +127,10 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
 
     def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
         super().__init__(num_envs)
-        self.split = check_choice_kwarg("split", split, SPLITS)
+        self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._images, self._labels = load_mnist(self.split, root)
-        self.single_action_space = spaces.Discrete(10)
-        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32)
-        self.action_space = spaces.MultiDiscrete(np.full(self.num_envs, 10))
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_envs, 784), dtype=np.float32)
+        self._set_spaces(spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32), spaces.Discrete(10))
         self.indices = np.zeros(self.num_envs, dtype=np.int64)
 
     def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
@@ -149,11 +152,13 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
         hit = (acts == labels) & active
         self._reset_subenvs(resetting)
         self._needs_reset = active.copy()
+        rewards = hit.astype(np.float64)
         info: dict[str, Any] = {}
         if active.any():
-            self._masked_info(info, "label", np.where(active, labels, 0), active)
+            self._masked_info(info, "label", labels, active)
             self._masked_info(info, "is_success", hit, active)
-        return self._observations(), hit.astype(np.float64), active.copy(), np.zeros(self.num_envs, np.bool_), info
+            self._episode_info(info, active, rewards, 1.0 - rewards)
+        return self._observations(), rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of each candidate label; 0 for sub-envs awaiting autoreset."""

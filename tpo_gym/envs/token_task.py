@@ -8,13 +8,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tpo_gym._validation import check_choice
 from tpo_gym.envs._common import (
+    MAX_LENGTH,
+    MAX_VOCAB,
     check_candidate_matrix,
     check_candidates,
-    check_choice_kwarg,
     check_discrete_action,
     check_discrete_batch,
-    check_int_kwarg,
+    check_reset_args,
+    check_size,
     draw_tokens,
 )
 from tpo_gym.envs._vector import NativeVectorEnv
@@ -29,7 +32,7 @@ def token_targets(prompts: np.ndarray, target: str, vocab_size: int) -> np.ndarr
     ``prompts`` has shape ``[..., H]``. copy: ``x``; flip: ``V - 1 - x``; reverse_copy: ``x`` reversed
     along the last axis; reverse_flip: ``V - 1 - x`` reversed. A pure function (no env needed).
     """
-    check_choice_kwarg("target", target, TARGETS)
+    check_choice("target", target, TARGETS)
     x = np.asarray(prompts, dtype=np.int64)
     if target in ("flip", "reverse_flip"):
         x = vocab_size - 1 - x
@@ -44,7 +47,7 @@ def step_rewards(correct: np.ndarray, reward: str) -> np.ndarray:
     bag: ``r_t = c_t``; sequential: ``r_t = prod_{j<=t} c_j``; terminal: ``r_t = 0`` for ``t < H-1``
     and ``r_{H-1} = 1{all correct}``. A pure function, handy for tests and for sequence scoring.
     """
-    check_choice_kwarg("reward", reward, REWARDS)
+    check_choice("reward", reward, REWARDS)
     c = np.asarray(correct).astype(bool)
     if reward == "bag":
         return c.astype(np.float32)
@@ -58,11 +61,42 @@ def step_rewards(correct: np.ndarray, reward: str) -> np.ndarray:
 
 def _check_token_kwargs(target: str, reward: str, vocab_size: int, length: int) -> tuple[str, str, int, int]:
     return (
-        check_choice_kwarg("target", target, TARGETS),
-        check_choice_kwarg("reward", reward, REWARDS),
-        check_int_kwarg("vocab_size", vocab_size, 2),
-        check_int_kwarg("length", length, 1),
+        check_choice("target", target, TARGETS),
+        check_choice("reward", reward, REWARDS),
+        check_size(
+            "vocab_size",
+            vocab_size,
+            2,
+            MAX_VOCAB,
+            "prompts are drawn 62 bits at a time and the observation space MultiDiscrete([V+1]*2H) is int64",
+        ),
+        check_size(
+            "length", length, 1, MAX_LENGTH, "the observation holds 2H int64 tokens and every step returns a copy"
+        ),
     )
+
+
+def reward_credit_of(reward: str) -> str:
+    """``"episode"`` for the terminal reward (``r_t = 1{all correct}`` belongs to every position), else ``"step"``."""
+    return "episode" if check_choice("reward", reward, REWARDS) == "terminal" else "step"
+
+
+def episode_summary(n_correct: np.ndarray, prefix_len: np.ndarray, length: int, reward: str) -> tuple[Any, Any]:
+    """The paper's ``(score, error)`` of finished episodes, float64, from their correctness counts.
+
+    ``n_correct``: correct tokens; ``prefix_len``: length of the all-correct prefix. bag: score =
+    return / H = ``n_correct / H``; sequential: score = return / H = ``prefix_len / H``; both with
+    error = token error ``1 - n_correct / H``. terminal: score = exact match (0/1), error =
+    ``1 - exact match``.
+    """
+    n_correct = np.asarray(n_correct, dtype=np.float64)
+    if reward == "terminal":
+        score = (n_correct == length).astype(np.float64)
+        return score, 1.0 - score
+    token_error = 1.0 - n_correct / length
+    if reward == "bag":
+        return n_correct / length, token_error
+    return np.asarray(prefix_len, dtype=np.float64) / length, token_error
 
 
 class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
@@ -88,6 +122,11 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
     * ``sequential``: ``r_t = prod_{j<=t} c_j`` (credit up to the first mistake);
     * ``terminal``: ``r_t = 0`` for ``t < H-1``, ``r_{H-1} = 1{all H tokens correct}``.
 
+    ``reward_credit`` is ``"step"`` for bag and sequential (each step's reward is its own credit)
+    and ``"episode"`` for terminal: the paper defines ``r_t = 1{all correct}`` at every position,
+    so single-sample methods credit every step with the episode's total reward (the env still
+    pays it once, at the last step, so returns are 0 or 1).
+
     ## Starting State
     The prompt is drawn from ``self.np_random``; all action slots are padding.
     ``reset(options={"prompt": tokens})`` uses the given H tokens instead (evaluation on fixed
@@ -95,19 +134,28 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Episode End
     After H steps: ``terminated=True, truncated=False``. The last ``info`` carries ``token_error``
-    (fraction of wrong tokens), ``exact_match`` (bool) and ``is_success`` (= ``exact_match``).
+    (float: fraction of wrong tokens), ``exact_match`` (bool), ``is_success`` (= ``exact_match``)
+    and the episode summary in the paper's sense, two floats:
+
+    * ``score``: bag and sequential: the mean per-step reward, return / H; terminal: exact match
+      (0.0 or 1.0);
+    * ``error``: the paper's logged error: bag and sequential: the token error (= ``token_error``);
+      terminal: ``1 - exact match``.
 
     ## Arguments
     * ``target`` in {copy, flip, reverse_copy, reverse_flip} (default reverse_copy);
     * ``reward`` in {bag, sequential, terminal} (default bag);
-    * ``vocab_size`` V >= 2 (default 2); ``length`` H >= 1 (default 10).
+    * ``vocab_size`` V, ``2 <= V <= 2**62`` (default 2); ``length`` H, ``1 <= H <= 2**16``
+      (default 10). Bad values raise ``ValueError`` naming the limit, as do bad ``reset`` seeds
+      and options.
 
     Short ids fix these for the paper's settings, e.g. ``tpo_gym/TokenReversal-v0`` = reverse_copy,
     bag, V=2, H=10 (the full list is in :mod:`tpo_gym.envs`).
 
     ## Vectorized environment
     :class:`TokenTaskVectorEnv` through ``vector_entry_point``: N prompts stepped with array
-    operations (tens of times faster than ``SyncVectorEnv``, see ``benchmarks/bench_token_vec.py``);
+    operations (tens of times faster than ``SyncVectorEnv``, see ``benchmarks/bench_token_vec.py``),
+    with the same spaces, rewards, ``info`` and ``reward_credit``;
     ``reset(options={"group_size": G})`` gives G sub-envs the same prompt (sequence-level methods).
 
     ## Group API
@@ -125,6 +173,7 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         self, target: str = "reverse_copy", reward: str = "bag", vocab_size: int = 2, length: int = 10
     ) -> None:
         self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        self.reward_credit = reward_credit_of(self.reward)
         v, h = self.vocab_size, self.length
         self.action_space = spaces.Discrete(v)
         self.observation_space = spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64)
@@ -133,11 +182,13 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         self._t = h  # == H: no episode in progress
         self._prefix_ok = True
         self._n_correct = 0
+        self._prefix_len = 0  # length of the all-correct prefix
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Draw a prompt; clear the action slots."""
+        """Draw a prompt (or take ``options["prompt"]``); clear the action slots."""
+        seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         h = self.length
         if options is not None and "prompt" in options:
@@ -150,6 +201,7 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         self._t = 0
         self._prefix_ok = True
         self._n_correct = 0
+        self._prefix_len = 0
         return self._state.copy(), {}
 
     def _check_prompt(self, prompt: Any) -> np.ndarray:
@@ -185,13 +237,21 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         reward = float(self._reward_of(correct))
         self._prefix_ok = bool(self._prefix_ok and correct)
         self._n_correct += int(correct)
+        self._prefix_len += int(self._prefix_ok)
         self._state[self.length + self._t] = a
         self._t += 1
         info: dict[str, Any] = {}
         terminated = self._t == self.length
         if terminated:
             exact = self._n_correct == self.length
-            info = {"token_error": 1.0 - self._n_correct / self.length, "exact_match": exact, "is_success": exact}
+            score, error = episode_summary(self._n_correct, self._prefix_len, self.length, self.reward)
+            info = {
+                "token_error": 1.0 - self._n_correct / self.length,
+                "exact_match": exact,
+                "is_success": exact,
+                "score": float(score),
+                "error": float(error),
+            }
         return self._state.copy(), reward, terminated, False, info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
@@ -204,9 +264,11 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
 class TokenTaskVectorEnv(NativeVectorEnv):
     """Native batched :class:`TokenTaskEnv`: ``num_envs`` prompts in ``[N, 2H]`` arrays.
 
-    ``NEXT_STEP`` autoreset and seeding as ``SyncVectorEnv`` (identical rewards for the same seeds and
-    actions); ``reset(options={"group_size": G})`` gives sub-envs ``i*G..(i+1)*G-1`` the same prompt;
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    ``NEXT_STEP`` autoreset, seeding, spaces and ``info`` as ``SyncVectorEnv`` (identical rewards and
+    infos for the same seeds and actions; ``score`` / ``error`` come with ``_score`` / ``_error``
+    masks); ``reward_credit`` as :class:`TokenTaskEnv`; ``reset(options={"group_size": G})`` gives
+    sub-envs ``i*G..(i+1)*G-1`` the same prompt; ``score_candidates(int [num_envs, K]) -> float32
+    [num_envs, K]``.
     """
 
     def __init__(
@@ -219,16 +281,15 @@ class TokenTaskVectorEnv(NativeVectorEnv):
     ) -> None:
         super().__init__(num_envs)
         self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        self.reward_credit = reward_credit_of(self.reward)
         n, v, h = self.num_envs, self.vocab_size, self.length
-        self.single_action_space = spaces.Discrete(v)
-        self.single_observation_space = spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64)
-        self.action_space = spaces.MultiDiscrete(np.full(n, v))
-        self.observation_space = spaces.MultiDiscrete(np.full((n, 2 * h), v + 1), dtype=np.int64)
+        self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))
         self._state = np.full((n, 2 * h), v, dtype=np.int64)
         self._target = np.zeros((n, h), dtype=np.int64)
         self._t = np.zeros(n, dtype=np.int64)
         self._prefix_ok = np.ones(n, dtype=np.bool_)
         self._n_correct = np.zeros(n, dtype=np.int64)
+        self._prefix_len = np.zeros(n, dtype=np.int64)
         self._rows = np.arange(n)
 
     @property
@@ -247,6 +308,7 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         self._t[env_ids] = 0
         self._prefix_ok[env_ids] = True
         self._n_correct[env_ids] = 0
+        self._prefix_len[env_ids] = 0
 
     def _observations(self) -> np.ndarray:
         return self._state.copy()
@@ -273,6 +335,7 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         rewards = self._rewards_of(correct[:, None])[:, 0].astype(np.float64) * active
         self._prefix_ok &= correct | resetting
         self._n_correct += correct
+        self._prefix_len += self._prefix_ok & active
         act_rows = rows[active]
         self._state[act_rows, self.length + self._t[active]] = acts[active]
         self._t += active
@@ -282,9 +345,11 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         if terminated.any():
             token_error = 1.0 - self._n_correct / self.length
             exact = self._n_correct == self.length
-            self._masked_info(info, "token_error", np.where(terminated, token_error, 0.0), terminated)
-            self._masked_info(info, "exact_match", exact & terminated, terminated)
-            self._masked_info(info, "is_success", exact & terminated, terminated)
+            self._masked_info(info, "token_error", token_error, terminated)
+            self._masked_info(info, "exact_match", exact, terminated)
+            self._masked_info(info, "is_success", exact, terminated)
+            score, error = episode_summary(self._n_correct, self._prefix_len, self.length, self.reward)
+            self._episode_info(info, terminated, score, error)
         return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
