@@ -12,14 +12,19 @@
 =============== ======================================================================
 
 All share :class:`~tpo_gym.agents.base.GroupAlgorithm` (SB3 ``BaseAlgorithm``): ``learn``,
-``predict``, ``save`` / ``load``, SB3 callbacks and logger, ``history``, ``steps_per_iteration``.
+``predict``, ``save`` / ``load`` (plain JSON + ``weights_only`` tensors: loading runs no code from the
+file), SB3 callbacks and logger, ``history``, ``steps_per_iteration``. Policies: ``MlpPolicy``,
+``TransformerPolicy`` (Discrete actions) and ``CausalLMPolicy`` (a Hugging Face language model on a
+text env such as ``tpo_gym/ReasoningGym-v0``; TPO, GRPO and GroupPG).
 """
 
 from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.ce import CE
 from tpo_gym.agents.group_pg import GroupPG
 from tpo_gym.agents.grpo import GRPO
+from tpo_gym.agents.lm import CausalLMPolicy
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, MuonAdamW, TransformerPolicy
+from tpo_gym.agents.prompts import PromptFormat
 from tpo_gym.agents.single import DG, PPO, REINFORCE
 from tpo_gym.agents.tpo import TPO
 
@@ -35,5 +40,7 @@ __all__ = [
     "CategoricalPolicy",
     "MlpPolicy",
     "TransformerPolicy",
+    "CausalLMPolicy",
+    "PromptFormat",
     "MuonAdamW",
 ]

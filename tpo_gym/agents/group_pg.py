@@ -1,39 +1,43 @@
-"""Group PG: TPO's candidates and z-scores with scalar weighting (SPEC section 2)."""
+"""Group PG: TPO's candidates and z-scores with scalar weighting (docs/method.md section 2)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+from stable_baselines3.common.type_aliases import GymEnv
 
-from tpo_gym.agents.grpo import GRPO
+from tpo_gym._validation import check_float
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
-from tpo_gym.agents.tpo import TPO
 from tpo_gym.objectives import group_pg_loss, standardize_scores
 
 __all__ = ["GroupPG"]
 
 
-class GroupPG(TPO):
+class GroupPG(GroupAlgorithm):
     """Group policy gradient: loss ``-mean sum_k (u_k / eta) * log pi(y_k)`` over TPO's groups.
 
     The ablation that keeps TPO's candidates and standardised scores ``u`` but replaces target
-    matching by scalar weighting (:func:`~tpo_gym.objectives.group_pg_loss`). Same arguments as
-    :class:`~tpo_gym.agents.TPO` (``anchor`` is unused; ``candidates`` must be ``"sampled"``).
+    matching by scalar weighting (:func:`~tpo_gym.objectives.group_pg_loss`). Same groups as
+    :class:`~tpo_gym.agents.TPO` (``level="token"``: K candidates per state; ``"sequence"``: K
+    rollouts per context).
+
+    :param eta: temperature of the weights ``u / eta``, > 0 (default 1).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("candidates", "sampled") != "sampled":
-            raise ValueError(f"GroupPG needs candidates='sampled', got {kwargs['candidates']!r}")
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, eta: float = 1.0, **kwargs: Any
+    ) -> None:
+        self.eta = check_float("eta", eta, 0.0, strict_min=True)
+        super().__init__(policy, env, **kwargs)
 
-    _group_logp = GRPO._group_logp  # type: ignore[assignment]
-
-    def prepare(self, batch: RolloutBatch) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
         """Standardised scores ``u`` of every group."""
         scores, mask = self.group_scores(batch)
         return {"u": standardize_scores(scores, mask), "mask": mask}, self.group_diagnostics(scores, mask)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], logp: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.group_pg_loss`."""
-        return group_pg_loss(self._group_logp(logp, batch), fixed["u"], self.eta, fixed["mask"])
+        return group_pg_loss(current, fixed["u"], self.eta, fixed["mask"])

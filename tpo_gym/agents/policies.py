@@ -29,7 +29,7 @@ from stable_baselines3.common.preprocessing import preprocess_obs
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-__all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW"]
+__all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW", "check_observations"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ __all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW"]
 class MuonAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` on the 2-D weight matrices, ``torch.optim.AdamW`` on every other parameter.
 
-    This is the optimiser of the paper's token experiments (SPEC section 4: "Muon at lr 1e-3 on 2-D
+    This is the optimiser of the paper's token experiments (docs/method.md section 4: "Muon at lr 1e-3 on 2-D
     weight matrices, AdamW on the rest"). Choices, documented because the paper does not spell them out:
 
     * **Which parameters get Muon**: every 2-D parameter, *including* the token / position embeddings
@@ -143,6 +143,59 @@ class MuonAdamW(torch.optim.Optimizer):
 
 
 # --------------------------------------------------------------------------------------------
+# observations
+# --------------------------------------------------------------------------------------------
+def check_observations(observation: Any, space: spaces.Space) -> None:
+    """Raise ``ValueError`` unless ``observation`` is one element of ``space`` or a batch of them.
+
+    Vectorised for ``Box``, ``Discrete``, ``MultiDiscrete`` and ``MultiBinary``; other spaces are
+    checked element by element with ``space.contains``.
+    """
+    if isinstance(observation, dict):
+        raise ValueError("dict observations are not supported by the tpo_gym policies")
+    arr = np.asarray(observation)
+    shape = tuple(space.shape or ())
+    if arr.shape == shape:
+        batch = arr.reshape(1, *shape)
+    elif arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
+        batch = arr
+    else:
+        raise ValueError(f"observation has shape {arr.shape}; expected {shape} or (n_envs, *{shape}) for {space}")
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        if arr.dtype == np.bool_ and not isinstance(space, spaces.MultiBinary):
+            raise ValueError(f"observation must hold integers of {space}, got booleans")
+        if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+            raise ValueError(f"observation must have an integer dtype for {space}, got dtype {arr.dtype}")
+        if isinstance(space, spaces.Discrete):
+            lo, hi = int(space.start), int(space.start) + int(space.n) - 1
+        elif isinstance(space, spaces.MultiDiscrete):
+            lo, hi = np.asarray(space.start), np.asarray(space.start) + np.asarray(space.nvec) - 1
+        else:
+            lo, hi = 0, 1
+        bad = (batch < lo) | (batch > hi)
+        if bad.any():
+            where = np.argwhere(bad)[0]
+            value = batch[tuple(where)]
+            raise ValueError(
+                f"observation value {value} at index {tuple(int(i) for i in where)} is outside {space} "
+                f"(allowed {np.broadcast_to(lo, bad.shape[1:])[tuple(where[1:])]}.."
+                f"{np.broadcast_to(hi, bad.shape[1:])[tuple(where[1:])]})"
+            )
+        return
+    if isinstance(space, spaces.Box):
+        if not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"observation must be numeric for {space}, got dtype {arr.dtype}")
+        if not np.isfinite(batch).all():
+            raise ValueError("observation contains NaN or inf")
+        if (batch < space.low).any() or (batch > space.high).any():
+            raise ValueError(f"observation lies outside the bounds of {space}")
+        return
+    for i, row in enumerate(batch):
+        if not space.contains(row):
+            raise ValueError(f"observation {i} is not in {space}")
+
+
+# --------------------------------------------------------------------------------------------
 # base
 # --------------------------------------------------------------------------------------------
 class CategoricalPolicy(BasePolicy):
@@ -173,6 +226,21 @@ class CategoricalPolicy(BasePolicy):
             normalize_images=False,
         )
         self.n_actions = int(action_space.n)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict`` after checking that every observation lies in the observation space.
+
+        :raises ValueError: for observations of the wrong shape or dtype, NaN / inf values, token ids
+            or categories out of range, or values outside a ``Box``'s bounds.
+        """
+        check_observations(observation, self.observation_space)
+        return super().predict(observation, state, episode_start, deterministic)
 
     def _build_optimizer(self, lr_schedule: Schedule) -> None:
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
@@ -301,7 +369,7 @@ class _Block(nn.Module):
 
 
 class TransformerPolicy(CategoricalPolicy):
-    """The causal transformer of the token tasks (SPEC section 4).
+    """The causal transformer of the token tasks (docs/method.md section 4).
 
     Input: the observation ``[prompt (H tokens); actions so far (H slots, padding = V)]`` of a
     ``MultiDiscrete([V + 1] * 2H)`` space. Token embedding (vocabulary ``V + 1``, the padding token

@@ -24,6 +24,7 @@ pure function of (parameters, seed, iteration), which makes runs reproducible an
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,14 +32,73 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.envs.registration import EnvSpec
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from tpo_gym.agents.policies import CategoricalPolicy
 
-__all__ = ["RolloutEnv", "RolloutBatch", "make_rollout_env", "sample_candidates", "collect_rollouts"]
+__all__ = [
+    "RolloutSource",
+    "RolloutEnv",
+    "RolloutBatch",
+    "group_api_available",
+    "make_rollout_env",
+    "sample_candidates",
+    "collect_rollouts",
+]
 
 #: Longest episode a probe of a native env may run before it is declared not fixed-length.
 _MAX_PROBE_STEPS = 100_000
+#: The same for an env without the group API and without ``max_episode_steps`` (assumed fixed-length).
+_MAX_SYNC_PROBE_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class RolloutSource:
+    """Where an agent's rollout envs come from: a registered spec, or copies of an env instance.
+
+    :param spec: the env's spec without SB3's ``Monitor`` (rollouts keep their own statistics), or
+        ``None`` for an env that was not made from the registry.
+    :param env_fn: factory of copies of the env, used when there is no spec.
+    """
+
+    spec: EnvSpec | None
+    env_fn: Callable[[], gym.Env[Any, Any]] | None = None
+
+    @classmethod
+    def from_spec(cls, spec: EnvSpec) -> RolloutSource:
+        """A source from a spec (SB3's ``Monitor`` wrapper dropped)."""
+        kept = tuple(w for w in spec.additional_wrappers if w.name != "Monitor")
+        return cls(dataclasses.replace(spec, additional_wrappers=kept))
+
+    @classmethod
+    def from_env(cls, env: gym.Env[Any, Any]) -> RolloutSource:
+        """A source from an env instance: its spec when it has one, else deep copies of it."""
+        spec = getattr(env, "spec", None)
+        if spec is not None:
+            return cls.from_spec(spec)
+        inner = env.unwrapped
+        return cls(None, copy_factory(inner))
+
+    def wrapper_names(self) -> list[str]:
+        """Names of the wrappers the spec re-applies (empty without a spec)."""
+        return [] if self.spec is None else [w.name for w in self.spec.additional_wrappers]
+
+
+def group_api_available(source: RolloutSource) -> bool:
+    """Whether rollouts of ``source`` run in a native tpo_gym vector env with the group API.
+
+    The one place that decides it: true for a registered env whose ``vector_entry_point`` class has
+    ``score_candidates`` and that carries no extra wrappers (wrappers may change observations or
+    rewards, and a native vector env cannot apply them, so wrapped envs roll out in a sync vector
+    env without the group API).
+    """
+    spec = source.spec
+    if spec is None or spec.vector_entry_point is None or spec.additional_wrappers:
+        return False
+    creator = spec.vector_entry_point
+    if isinstance(creator, str):
+        creator = load_env_creator(creator)
+    return hasattr(creator, "score_candidates")
 
 
 @dataclass
@@ -50,13 +110,14 @@ class RolloutEnv:
         ``group_size`` reset option); False for any other env (groups through same-seed resets).
     :param horizon: episode length of fixed-length envs (token tasks: H; bandits / MNIST: 1), or the
         ``max_episode_steps`` bound of other envs.
-    :param reward_mode: ``"terminal"``, ``"bag"``, ``"sequential"`` for token tasks, else ``None``.
+    :param reward_credit: the env's ``reward_credit``: ``"step"`` (per-step rewards are the per-step
+        credit) or ``"episode"`` (every step is credited with the episode's reward: the terminal task).
     """
 
     venv: gym.vector.VectorEnv
     native: bool
     horizon: int
-    reward_mode: str | None
+    reward_credit: str = "step"
 
     @property
     def num_envs(self) -> int:
@@ -64,50 +125,57 @@ class RolloutEnv:
         return int(self.venv.num_envs)
 
 
-def _probe_horizon(venv: gym.vector.VectorEnv) -> int:
-    """Length of the episodes of a fixed-length native env (reset, step action 0 until all end)."""
+def _probe_horizon(venv: gym.vector.VectorEnv, limit: int = _MAX_PROBE_STEPS) -> int:
+    """Length of the episodes of a fixed-length env (reset, step action 0 until one ends)."""
     venv.reset(seed=0)
     zeros = np.zeros(venv.num_envs, dtype=np.int64)
-    for t in range(1, _MAX_PROBE_STEPS + 1):
+    for t in range(1, limit + 1):
         _, _, term, trunc, _ = venv.step(zeros)
         if np.any(term | trunc):
             return t
     raise ValueError(f"episodes of {venv} did not end within {_MAX_PROBE_STEPS} steps")
 
 
-def make_rollout_env(
-    spec: EnvSpec | None, num_envs: int, env_fn: Callable[[], gym.Env[Any, Any]] | None = None
-) -> RolloutEnv:
+def _reward_credit(env: Any) -> str:
+    credit = getattr(env, "reward_credit", "step")
+    if credit not in ("step", "episode"):
+        raise ValueError(f"the env's reward_credit must be 'step' or 'episode', got {credit!r}")
+    return str(credit)
+
+
+def make_rollout_env(source: RolloutSource, num_envs: int) -> RolloutEnv:
     """Build the vector env of ``num_envs`` sub-envs that the agent rolls out in.
 
-    A registered env with the group API (tpo_gym) is made with ``vectorization_mode=
-    "vector_entry_point"``; any other env with ``"sync"`` (one copy per sub-env, seeded per sub-env,
-    which is how same-seed groups are formed). ``env_fn`` (a factory) is used when there is no spec.
+    An env with the group API (:func:`group_api_available`) is made with
+    ``vectorization_mode="vector_entry_point"``; any other env with ``"sync"`` (one copy per
+    sub-env, seeded per sub-env, which is how same-seed groups are formed).
 
-    :param spec: the env's spec (id and kwargs), or ``None``.
+    :param source: the env's spec or factory (:class:`RolloutSource`).
     :param num_envs: number of sub-envs.
-    :param env_fn: factory of single envs, for envs without a spec.
     """
-    if spec is not None and spec.vector_entry_point is not None and not spec.additional_wrappers:
-        probe = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point")
-        if hasattr(probe.unwrapped, "score_candidates"):
-            horizon = _probe_horizon(probe)
-            return RolloutEnv(probe, True, horizon, getattr(probe.unwrapped, "reward", None))
-        probe.close()
+    spec = source.spec
+    if group_api_available(source):
+        assert spec is not None
+        venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point")
+        return RolloutEnv(venv, True, _probe_horizon(venv), _reward_credit(venv.unwrapped))
     if spec is not None:
         venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="sync")
         max_steps = spec.max_episode_steps
-    elif env_fn is not None:
-        venv = gym.vector.SyncVectorEnv([env_fn] * num_envs)
-        max_steps = getattr(getattr(env_fn(), "spec", None), "max_episode_steps", None)
+    elif source.env_fn is not None:
+        venv = gym.vector.SyncVectorEnv([source.env_fn] * num_envs)
+        max_steps = getattr(getattr(source.env_fn(), "spec", None), "max_episode_steps", None)
     else:
         raise ValueError("need an env spec or an env factory to build the rollout env")
-    if max_steps is None:
-        raise ValueError(
-            "an env without the tpo_gym group API needs a bounded episode length: register it with "
-            "max_episode_steps or wrap it in gymnasium.wrappers.TimeLimit"
-        )
-    return RolloutEnv(venv, False, int(max_steps), None)
+    if max_steps is None:  # a fixed-length env without a registered bound (e.g. a wrapped token task)
+        try:
+            max_steps = _probe_horizon(venv, _MAX_SYNC_PROBE_STEPS)
+        except ValueError:
+            raise ValueError(
+                "an env without the tpo_gym group API needs a bounded episode length: register it with "
+                "max_episode_steps or wrap it in gymnasium.wrappers.TimeLimit"
+            ) from None
+    first = venv.envs[0].unwrapped if hasattr(venv, "envs") else None
+    return RolloutEnv(venv, False, int(max_steps), _reward_credit(first))
 
 
 def copy_factory(env: gym.Env[Any, Any]) -> Callable[[], gym.Env[Any, Any]]:
@@ -142,14 +210,14 @@ class RolloutBatch:
     :param candidate_scores: ``float32 [N, T, K]`` their scores; with ``score_all_actions`` the scores
         ``[N, T, n_actions]`` of every action; else ``None``.
     :param group_size: K for sequence-level groups (rollouts ``g*K..(g+1)*K-1`` share a context), else 1.
-    :param episode_scores: ``float32 [N]`` sequence score of each rollout: mean per-step reward
-        (return / horizon), or 0/1 exact match for terminal-reward token tasks.
+    :param episode_scores: ``float32 [N]`` sequence score of each rollout: the env's
+        ``info["score"]`` at the episode's end (token tasks: mean per-step reward, or 0/1 exact match
+        with a terminal reward), else ``return / horizon``.
     :param returns: ``float32 [N]`` undiscounted episode returns.
     :param lengths: ``int64 [N]`` episode lengths.
-    :param error: the training error of SPEC section 5 over these rollouts (see :func:`collect_rollouts`).
+    :param error: the training error over these rollouts (see :func:`collect_rollouts`).
     :param n_steps: env steps taken (sum of ``lengths``).
-    :param reward_mode: the env's reward kind (``"bag"``, ``"sequential"``, ``"terminal"`` for token
-        tasks), else ``None``.
+    :param reward_credit: the env's ``reward_credit`` (``"step"`` or ``"episode"``).
     """
 
     obs: torch.Tensor
@@ -165,17 +233,17 @@ class RolloutBatch:
     lengths: torch.Tensor
     error: float
     n_steps: int
-    reward_mode: str | None = None
+    reward_credit: str = "step"
 
     def credited_rewards(self) -> torch.Tensor:
         r"""Per-position rewards for the single-sample methods, ``[N, T]``.
 
-        Dense rewards (bag, sequential) as the env gave them, ``r_t``. A terminal reward arrives
-        only at the last step; SPEC section 3 defines the terminal task as
-        ``r_t = 1{all correct}`` at *every* position, so every valid step is credited with the
-        episode's reward, i.e. the reward-to-go :math:`\sum_{j \ge t} r_j`.
+        With ``reward_credit == "step"`` (dense rewards: bag, sequential) the rewards as the env gave
+        them, ``r_t``. With ``"episode"`` (the terminal task, whose reward arrives at the last step
+        but is defined as ``r_t = 1{all correct}`` at *every* position) every valid step is credited
+        with the episode's reward, i.e. the reward-to-go :math:`\sum_{j \ge t} r_j`.
         """
-        if self.reward_mode != "terminal":
+        if self.reward_credit != "episode":
             return self.rewards
         to_go = self.rewards.flip(-1).cumsum(-1).flip(-1)
         return to_go if self.step_mask is None else to_go * self.step_mask
@@ -192,9 +260,11 @@ def collect_rollouts(
 ) -> RolloutBatch:
     """Roll out ``env.num_envs`` episodes with ``policy`` (= pi_old) and score candidates.
 
-    The logged **error** (SPEC section 5) is, over these training rollouts: 1 - exact-match rate for
-    terminal-reward token tasks; the mean ``info["token_error"]`` for other token tasks (bag and
-    sequential); 1 - mean(return / horizon) otherwise (bandits and MNIST: 1 - mean reward).
+    What an episode means is the env's: at the step that ends it, tpo_gym envs report
+    ``info["score"]`` (the episode's score, used by sequence-level groups) and ``info["error"]``
+    (the paper's logged error of that episode: token error, or 1 - exact match with a terminal reward,
+    or 1 - reward for bandits and MNIST). The batch's **error** is the mean ``info["error"]``; for an
+    env that reports neither, ``score = return / horizon`` and ``error = 1 - score``.
 
     :param policy: the policy; its current parameters are pi_old.
     :param env: the rollout env (:func:`make_rollout_env`).
@@ -233,8 +303,8 @@ def collect_rollouts(
     width = n_actions if score_all_actions else k
     scores = np.zeros((n, horizon, width), dtype=np.float32) if (n_candidates or score_all_actions) else None
     all_actions = np.broadcast_to(np.arange(n_actions, dtype=np.int64), (n, n_actions)) if score_all_actions else None
-    token_error = np.full(n, np.nan)
-    exact_match = np.full(n, np.nan)
+    ep_score = np.full(n, np.nan)
+    ep_error = np.full(n, np.nan)
     alive = np.ones(n, dtype=np.bool_)
     steps = horizon
     policy.set_training_mode(False)
@@ -257,7 +327,7 @@ def collect_rollouts(
         rewards[:, t] = np.asarray(reward, dtype=np.float32) * alive
         done = alive & (np.asarray(terminated) | np.asarray(truncated))
         if done.any():
-            for key, buf in (("token_error", token_error), ("exact_match", exact_match)):
+            for key, buf in (("score", ep_score), ("error", ep_error)):
                 if key in info:
                     got = done & np.asarray(info.get("_" + key, np.ones(n, np.bool_)))
                     buf[got] = np.asarray(info[key], dtype=np.float64)[got]
@@ -269,14 +339,9 @@ def collect_rollouts(
     mask = mask[:, :steps]
     returns = rewards[:, :steps].sum(axis=1)
     lengths = mask.sum(axis=1)
-    terminal = env.reward_mode == "terminal"
-    episode_scores = returns if terminal else returns / horizon
-    if terminal and not np.isnan(exact_match).any():
-        error = 1.0 - float(exact_match.mean())
-    elif not np.isnan(token_error).any():
-        error = float(token_error.mean())
-    else:
-        error = 1.0 - float(np.mean(returns / horizon))
+    fallback = returns / horizon
+    episode_scores = np.where(np.isnan(ep_score), fallback, ep_score)
+    error = float(np.mean(np.where(np.isnan(ep_error), 1.0 - episode_scores, ep_error)))
     return RolloutBatch(
         obs=torch.from_numpy(np.ascontiguousarray(obs_buf[:, :steps])).to(device),
         actions=actions[:, :steps].contiguous().to(device),
@@ -293,5 +358,5 @@ def collect_rollouts(
         lengths=torch.from_numpy(lengths.astype(np.int64)).to(device),
         error=error,
         n_steps=int(lengths.sum()),
-        reward_mode=env.reward_mode,
+        reward_credit=env.reward_credit,
     )

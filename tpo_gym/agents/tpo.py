@@ -1,13 +1,15 @@
-"""Target Policy Optimization (SPEC section 1)."""
+"""Target Policy Optimization (docs/method.md section 1)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 
-from tpo_gym.agents.base import GroupAlgorithm, _check_choice, _check_positive, inherit_param_docs
+from tpo_gym._validation import check_bool, check_choice, check_float
+from tpo_gym.agents.base import GroupAlgorithm, Grouping
+from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import onehot_advantage_scores, standardize_scores, tpo_loss, tpo_target
@@ -26,7 +28,6 @@ def winner_loser_means(values: torch.Tensor, u: torch.Tensor, mask: torch.Tensor
     return out[0], out[1]
 
 
-@inherit_param_docs
 class TPO(GroupAlgorithm):
     """Target Policy Optimization: fit the policy to a frozen target over each group of candidates.
 
@@ -60,45 +61,23 @@ class TPO(GroupAlgorithm):
         self,
         policy: str | type[CategoricalPolicy],
         env: GymEnv | str | None,
-        learning_rate: float | Schedule = 1e-3,
-        batch_size: int = 100,
-        group_size: int = 8,
-        n_epochs: int = 4,
+        *,
         eta: float = 1.0,
         anchor: bool = True,
         candidates: str = "sampled",
-        level: str = "auto",
-        budget: str = "prompt",
-        max_grad_norm: float | None = None,
-        n_threads: int | None = 1,
-        stats_window_size: int = 100,
-        tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        verbose: int = 0,
-        seed: int | None = None,
-        device: torch.device | str = "cpu",
-        _init_setup_model: bool = True,
+        **kwargs: Any,
     ) -> None:
-        self.eta = _check_positive("eta", eta)
-        self.anchor = bool(anchor)
-        self.candidates = _check_choice("candidates", candidates, CANDIDATES)
-        super().__init__(
-            policy, env, learning_rate, batch_size, group_size, n_epochs, level, budget, max_grad_norm,
-            n_threads, stats_window_size, tensorboard_log, policy_kwargs, verbose, seed, device, _init_setup_model,
-        )
+        self.eta = check_float("eta", eta, 0.0, strict_min=True)
+        self.anchor = check_bool("anchor", anchor)
+        self.candidates = check_choice("candidates", candidates, CANDIDATES)
+        super().__init__(policy, env, **kwargs)
 
-    def _groups_of_candidates(self) -> bool:
-        return self.candidates == "sampled"
-
-    def _group_logp(self, logp: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-        """Log-probs of the group members: all actions, K candidates, or K rollouts."""
+    def _grouping(self, native: bool) -> Grouping:
         if self.candidates == "single":
-            return logp
-        if self.level == "sequence":
-            return self.sequence_logp(logp, batch)
-        return self.candidate_logp(logp, batch)
+            return Grouping("actions")
+        return super()._grouping(native)
 
-    def prepare(self, batch: RolloutBatch) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
         """Scores, z-scores ``u`` and the frozen target ``q`` of every group."""
         if self.candidates == "single":
             n, t, n_actions = batch.logp_old.shape
@@ -113,10 +92,13 @@ class TPO(GroupAlgorithm):
             scores, mask = self.group_scores(batch)
             diagnostics = self.group_diagnostics(scores, mask)
         u = standardize_scores(scores, mask)
-        q = tpo_target(self._group_logp(batch.logp_old, batch), u, self.eta, self.anchor, mask)
+        q = tpo_target(old, u, self.eta, self.anchor, mask)
         diagnostics["mean_q_winners"], diagnostics["mean_q_losers"] = winner_loser_means(q, u, mask)
+        if self._require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
+            diagnostics["entropy_q"] = float(entropy(torch.log(q.clamp(min=1e-30))))
+            diagnostics["entropy_p_old"] = float(entropy(old))
         return {"q": q, "mask": mask}, diagnostics
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], logp: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.tpo_loss` of the group log-probs against the frozen target."""
-        return tpo_loss(self._group_logp(logp, batch), fixed["q"], fixed["mask"])
+        return tpo_loss(current, fixed["q"], fixed["mask"])
