@@ -1,0 +1,162 @@
+"""TPO / GRPO on a causal language model (tiny random Llama, char tokenizer, toy text env; CPU, seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from tests.agents.lm_toys import SayLetterEnv, lm_kwargs, say_letter_env, tiny_llama, tiny_tokenizer
+from tpo_gym import GRPO, PPO, TPO, GroupPG
+from tpo_gym.agents.lm import completion_mask, sequence_logprobs
+from tpo_gym.objectives import tpo_loss
+
+
+def _agent(cls: type = TPO, **kw: Any) -> Any:
+    policy_kwargs = lm_kwargs(**kw.pop("policy_kwargs", {}))
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("group_size", 4)
+    kw.setdefault("seed", 0)
+    return cls("CausalLMPolicy", say_letter_env(), policy_kwargs=policy_kwargs, **kw)
+
+
+def _grads(model: Any) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.policy.model.named_parameters() if p.grad is not None}
+
+
+def test_tpo_gradient_is_p_minus_q_on_a_real_lm_forward() -> None:
+    model = _agent(policy_kwargs={"dtype": "float64"})
+    batch = model.collect_rollouts()
+    fixed, _ = model.prepare(batch, batch.logp_old)
+    q = fixed["q"]
+    logp = model.policy.group_logp(batch, 0, batch.n_groups)
+    loss = tpo_loss(logp, q)
+    (g_logp,) = torch.autograd.grad(loss, logp, retain_graph=True)
+    p = torch.softmax(logp.detach(), dim=-1)
+    torch.testing.assert_close(g_logp, (p - q) / batch.n_groups, rtol=0, atol=1e-12)
+    loss.backward()
+    full = _grads(model)
+    model.policy.model.zero_grad(set_to_none=True)
+    logp = model.policy.group_logp(batch, 0, batch.n_groups)
+    ((p - q).detach() / batch.n_groups * logp).sum().backward()  # sum_i (p_i - q_i) grad l_i
+    for name, g in _grads(model).items():
+        torch.testing.assert_close(full[name], g, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls,kw", [(TPO, {}), (GRPO, {"beta": 0.04}), (GRPO, {"mask_zero_variance": True})])
+def test_micro_batches_give_the_full_batch_gradient(cls: type, kw: dict[str, Any]) -> None:
+    grads = []
+    for micro in (None, 1, 3):
+        model = _agent(cls, policy_kwargs={"dtype": "float64", "micro_batch_size": micro}, **kw)
+        batch = model.collect_rollouts()
+        fixed, _ = model.prepare(batch, batch.logp_old)
+        model.policy.optimizer.zero_grad(set_to_none=True)
+        model._accumulate_text_gradients(batch, fixed)
+        grads.append(_grads(model))
+    for other in grads[1:]:
+        for name, g in grads[0].items():
+            torch.testing.assert_close(other[name], g, rtol=1e-9, atol=1e-12)
+
+
+class _ConstantEnv(SayLetterEnv):
+    def score_candidates(self, candidates: list[str]) -> np.ndarray:
+        return np.full(len(candidates), 0.5, dtype=np.float32)
+
+
+@pytest.mark.parametrize("cls", [TPO, GRPO, GroupPG])
+def test_all_equal_groups_give_an_exactly_zero_first_gradient(cls: type) -> None:
+    env = gym.wrappers.TimeLimit(_ConstantEnv(), max_episode_steps=1)
+    model = cls("CausalLMPolicy", env, policy_kwargs=lm_kwargs(), batch_size=3, group_size=4, n_epochs=1, seed=1)
+    model.learn(model.steps_per_iteration)
+    assert model.history[0]["grad_norm"] == 0.0
+    assert model.history[0]["zero_variance_fraction"] == 1.0
+
+
+def test_tokens_after_eos_and_left_padding_do_not_change_logprobs() -> None:
+    net = tiny_llama().double()
+    tok = tiny_tokenizer()
+    eos = tok.eos_token_id
+    completion = torch.tensor([[4, 5, eos, 6, 7], [4, 5, eos, 8, 3]])
+    mask = completion_mask(completion, eos, tok.pad_token_id)
+    assert mask.tolist() == [[True, True, True, False, False]] * 2
+    prompt = torch.tensor([[8, 9, 10], [8, 9, 10]])
+    ones = torch.ones_like(prompt)
+    a = sequence_logprobs(net, prompt, ones, completion, mask)
+    torch.testing.assert_close(a[0], a[1], rtol=0, atol=0)  # what follows EOS cannot matter
+    assert (a[:, 3:] == 0).all()
+    padded = torch.tensor([[0, 0, 8, 9, 10]])
+    b = sequence_logprobs(net, padded, torch.tensor([[0, 0, 1, 1, 1]]), completion[:1], mask[:1])
+    torch.testing.assert_close(b, a[:1], rtol=0, atol=1e-12)
+    logp = sequence_logprobs(net, prompt, ones, completion, mask).sum()
+    grads = torch.autograd.grad(logp, [p for p in net.parameters()], allow_unused=True)
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_tpo_raises_the_mean_score_on_a_toy_text_task() -> None:
+    model = _agent(batch_size=8, group_size=8, n_epochs=2, learning_rate=1e-2)
+    model.learn(80 * model.steps_per_iteration)
+    scores = [h["mean_score"] for h in model.history]
+    assert np.mean(scores[-10:]) > np.mean(scores[:10]) + 0.25, scores
+    for key in ("entropy_q", "entropy_p_old", "completion_length", "zero_variance_fraction", "all_fail_fraction"):
+        assert key in model.history[-1]
+
+
+def test_same_seed_same_history_and_ablations_run() -> None:
+    runs = [_agent(GRPO, beta=0.0).learn(2 * 16).history for _ in range(2)]
+    assert runs[0] == runs[1]
+    _agent(TPO, anchor=False).learn(16)
+    _agent(GRPO, kl_reference="initial").learn(16)
+
+
+def test_save_load_round_trip_in_a_fresh_process(tmp_path: Path) -> None:
+    model = _agent(learning_rate=1e-2)
+    model.learn(2 * model.steps_per_iteration)
+    model.save(tmp_path / "agent")
+    assert (tmp_path / "agent" / "model" / "model.safetensors").is_file()
+    expected = model.predict(["say a", "say b"], deterministic=True)[0].tolist()
+    code = (
+        "import json, sys; from tpo_gym import TPO; "
+        f"m = TPO.load({str(tmp_path / 'agent')!r}); "
+        "print(json.dumps({'p': m.predict(['say a', 'say b'], deterministic=True)[0].tolist(), "
+        "'h': len(m.history), 'n': m.num_timesteps}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd())
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"p": expected, "h": 2, "n": model.num_timesteps}
+    loaded = TPO.load(tmp_path / "agent", env=say_letter_env())
+    loaded.learn(loaded.steps_per_iteration, reset_num_timesteps=False)
+    assert len(loaded.history) == 3
+
+
+def test_predict_returns_completions() -> None:
+    model = _agent()
+    text, state = model.predict("say a")
+    assert isinstance(text, str) and state is None
+    batch, _ = model.predict([{"question": "say b", "system_prompt": "X"}, "say c"], deterministic=True)
+    assert batch.shape == (2,)
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="CausalLMPolicy needs a text env"):
+        TPO("CausalLMPolicy", "tpo_gym/Bandit-v0", policy_kwargs=lm_kwargs())
+    with pytest.raises(ValueError, match="a text env .* needs policy='CausalLMPolicy'; got MlpPolicy"):
+        TPO("MlpPolicy", say_letter_env())
+    with pytest.raises(ValueError, match="group_size must be an integer >= 2, got 1"):
+        _agent(group_size=1)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1, got 0"):
+        _agent(policy_kwargs={"max_new_tokens": 0})
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TPO("CausalLMPolicy", say_letter_env(), policy_kwargs={"model": "/nonexistent/model.gguf"})
+    with pytest.raises(ValueError, match="PPO does not train language models"):
+        PPO("CausalLMPolicy", say_letter_env(), policy_kwargs=lm_kwargs())
+    with pytest.raises(ValueError, match="level='token' is for Discrete token tasks"):
+        _agent(level="token")
+    with pytest.raises(ValueError, match="needs policy_kwargs=\\{'model'"):
+        TPO("CausalLMPolicy", say_letter_env())
