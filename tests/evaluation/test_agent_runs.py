@@ -96,3 +96,15 @@ def test_bad_agent_kwarg_becomes_a_failed_record() -> None:
                        "agent_kwargs": {"batch_size": 0}}, "method_kwargs": {}}
     rec = execute_run(spec)
     assert rec["status"] == "failed" and "batch_size" in rec["traceback"] and rec["rows"] == []
+
+
+def test_agent_diagnostics_figures(agent_bench: Path) -> None:
+    """Winners and losers share one figure, losses get one panel per method, no figure repeats another."""
+    names = {p.name for p in agent_bench.glob("curves_*.png")}
+    assert {"curves_weights.png", "curves_loss.png", "curves_grad_norm.png", "curves_all_fail_fraction.png"} <= names
+    assert not names & {"curves_mean_q_winners.png", "curves_mean_q_losers.png", "curves_mean_abs_adv_winners.png",
+                        "curves_mean_abs_adv_losers.png"}
+    report = (agent_bench / "report.md").read_text()
+    # token-level groups score 0 or 1: the any-success fraction is 1 - the all-fail fraction
+    assert "curves_any_success_fraction.png" not in names and "not drawn separately" in report
+    assert "One panel per method" in report and "Solid: candidates that beat their group's mean" in report

@@ -1,4 +1,4 @@
-"""Metrics of SPEC 5 against hand-computed values."""
+"""Metrics of docs/method.md section 5 against hand-computed values."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation.experiments import AGENT_ALGOS, RUN_KINDS, methods_for_kind
 from tpo_gym.evaluation.presets import PresetError, available_presets, load_preset, validate_preset
 
-#: The presets the issue asks for, each mirroring one result of SPEC section 6.
+#: The presets the issue asks for, each mirroring one result of docs/method.md section 6.
 REQUIRED = ("quick", "tabular-single", "tabular-multi", "mnist", "table1", "table2", "table3", "ablations",
             "eta", "sparse-diagnostics")
 

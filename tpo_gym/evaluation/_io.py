@@ -1,4 +1,9 @@
-"""Atomic file writes: write a temporary file in the target's directory, then ``os.replace``."""
+"""Atomic file writes: write a temporary file in the target's directory, then ``os.replace``.
+
+Files are left readable by others (mode ``0o644`` less the process umask) and directories are
+created ``0o755`` less the umask, like files written with ``open``; ``tempfile.mkstemp`` alone
+would leave every report file private (``0o600``).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,57 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json"]
+__all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_write_bytes", "atomic_write_text",
+           "atomic_write_json", "read_json"]
+
+#: Mode of every written file before the umask is applied.
+FILE_MODE = 0o644
+#: Mode of every created directory before the umask is applied.
+DIR_MODE = 0o755
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux ``/proc``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read by setting and restoring it
+    os.umask(mask)
+    return mask
+
+
+def make_dirs(path: str | os.PathLike[str]) -> Path:
+    """``mkdir -p`` with mode :data:`DIR_MODE` (less the umask) for every directory it creates."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):  # parents first, each with DIR_MODE (mkdir -p would use 0o777)
+        directory.mkdir(mode=DIR_MODE, exist_ok=True)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} exists and is not a directory")
+    return path
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (readers see the old file or the new one, never half)."""
+    """Write ``data`` to ``path`` atomically (readers see the old file or the new one, never half).
+
+    The file gets mode :data:`FILE_MODE` less the umask.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

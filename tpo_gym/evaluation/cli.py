@@ -1,8 +1,11 @@
-"""``tpo-gym``: run the paper's benchmark presets and build their reports.
+"""The ``tpo-gym`` command: list the benchmark presets, run one, rebuild its report.
 
-Usage::
+Examples (see ``tpo-gym --help``)::
 
+    tpo-gym presets                                       # every preset: runs, seeds, estimated cost
+    tpo-gym presets table1                                # one preset's settings, methods and cost
     tpo-gym bench --preset quick --workers 2              # -> runs/quick/report.md
+    tpo-gym bench --preset table1 --seeds 5 --list        # what would run, without running it
     tpo-gym bench --preset table1 --seeds 5 --out DIR     # resumable: rerun to continue
     tpo-gym bench --preset my_preset.json                 # a preset file of your own
     tpo-gym bench --preset mnist --backend ray            # runs on a Ray cluster (RAY_ADDRESS)
@@ -13,14 +16,38 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 
-from tpo_gym.evaluation.presets import PresetError, available_presets, load_preset
+from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
 
 __all__ = ["main", "build_parser"]
+
+_DESCRIPTION = """\
+Benchmarks of Target Policy Optimization (TPO) and its baselines: run the paper's experiments as
+presets and write reports that set our numbers beside the paper's.
+
+commands:
+  tpo-gym presets [NAME]        what each preset holds: settings, methods, seeds, runs, estimated cost
+  tpo-gym bench --preset NAME   run a preset (every method x setting x seed) and write its report
+  tpo-gym report DIR            rebuild DIR/report.md, figures and summary.csv from the stored runs
+
+examples:
+  tpo-gym bench --preset quick --workers 2
+  tpo-gym bench --preset table1 --seeds 5 --settings V=2,V=4 --list
+  tpo-gym bench --preset table1 --seeds 5 --settings V=2,V=4 --out runs/table1
+  tpo-gym report runs/table1
+
+Methods, tasks and the paper's numbers: docs/method.md in the tpo-gym repository."""
+
+_ESTIMATE_NOTE = ("estimate: a work model per run kind times seconds per unit measured on the project's 2-core "
+                  "benchmark machine (the compute times of the committed reports in benchmarks/results/); "
+                  "read it as within a factor of 2 (tpo_gym/evaluation/cost.py)")
 
 
 def _positive_int(name: str):
@@ -42,7 +69,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _presets_epilog() -> str:
-    lines = ["presets (name: description [paper reference]):"]
+    lines = ["presets (name: description [paper reference]; details: tpo-gym presets NAME):"]
     for name, path in available_presets().items():
         try:
             data = json.loads(path.read_text())
@@ -54,14 +81,28 @@ def _presets_epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tpo-gym`` argument parser (``bench`` and ``report`` sub-commands)."""
+    """The ``tpo-gym`` argument parser (``presets``, ``bench`` and ``report`` sub-commands)."""
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="tpo-gym", description=__doc__, formatter_class=fmt,
-                                     epilog=_presets_epilog())
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="tpo-gym", description=_DESCRIPTION, formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="{presets,bench,report}")
+
+    presets = sub.add_parser("presets", help="list the presets, or show one, with an estimate of its cost",
+                             formatter_class=fmt,
+                             description=textwrap.fill(
+                                 "Without NAME: one line per packaged preset. With NAME (a preset name or a .json "
+                                 "file): its settings, methods, seeds, number of runs and estimated cost.", 100)
+                             + "\n\n" + textwrap.fill(_ESTIMATE_NOTE[0].upper() + _ESTIMATE_NOTE[1:] + ".", 100))
+    presets.add_argument("name", nargs="?", help="a preset name or path to a preset .json file")
+    presets.add_argument("--seeds", type=_positive_int("--seeds"), default=None,
+                         help="number of seeds to estimate for (default: the preset's)")
+    presets.add_argument("--workers", type=_positive_int("--workers"), default=2,
+                         help="parallel runs for the wall-time estimate (default: 2)")
+
     bench = sub.add_parser("bench", help="run a benchmark preset and write its report", formatter_class=fmt,
-                           description="Run every method x setting x seed of a preset as independent processes, "
-                                       "store each finished run atomically (a rerun resumes) and write the report.",
+                           description=textwrap.fill(
+                               "Run every method x setting x seed of a preset as independent processes, store each "
+                               "finished run atomically (a rerun resumes) and write the report. --list shows what "
+                               "would run, and its estimated cost, without running it.", 100),
                            epilog=_presets_epilog())
     bench.add_argument("--preset", default="quick",
                        help="preset name (see below) or path to a preset .json file (default: quick)")
@@ -70,31 +111,168 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=_positive_int("--workers"), default=1,
                        help="runs in parallel (default: 1)")
     bench.add_argument("--settings", default=None, metavar="A,B",
-                       help="run only these settings (comma-separated names of the preset's columns)")
+                       help="run only these settings (comma-separated names of the preset's columns; any case)")
     bench.add_argument("--methods", default=None, metavar="X,Y",
-                       help="run only these methods (comma-separated names of the preset's rows)")
+                       help="run only these methods (comma-separated names of the preset's rows; any case)")
     bench.add_argument("--out", default=None, help="output directory (default: runs/<preset>)")
     bench.add_argument("--backend", choices=("local", "ray"), default="local",
                        help="local worker processes, or a Ray cluster (pip install 'tpo-gym[ray]'; "
                             "connects to RAY_ADDRESS if set, else starts a local Ray with --workers CPUs)")
+    bench.add_argument("--list", action="store_true",
+                       help="print the selected settings, methods, runs and estimated cost, then exit")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
-    report = sub.add_parser("report", help="rebuild the report of a bench output directory from its stored runs")
-    report.add_argument("dir", help="a directory written by `tpo-gym bench`")
+
+    report = sub.add_parser("report", help="rebuild the report of a bench output directory from its stored runs",
+                            formatter_class=fmt,
+                            description=textwrap.fill(
+                                "Rebuild report.md, the figures, summary.csv and results.jsonl of a directory "
+                                "written by tpo-gym bench, from its manifest.json and stored runs (runs/*.json, or "
+                                "the rows of results.jsonl for runs without a record).", 100))
+    report.add_argument("dir", help="a directory written by tpo-gym bench")
+    parser._tpo_sub = {"presets": presets, "bench": bench, "report": report}  # type: ignore[attr-defined]
     return parser
 
 
+def _fail(command: str, message: str, code: int = 2) -> None:
+    """One line on stderr, no usage and no traceback, then exit."""
+    print(f"tpo-gym {command}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _check_out(out: Path) -> str | None:
+    """Why ``out`` cannot hold a report (one line), or ``None``: creates it and writes a probe file."""
+    from tpo_gym.evaluation._io import make_dirs
+
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe == out and not out.is_dir():
+        return f"--out {out} exists and is not a directory"
+    if not probe.is_dir():
+        return f"--out {out}: {probe} is a file, not a directory"
+    try:
+        make_dirs(out)
+        fd, tmp = tempfile.mkstemp(prefix=".tpo-gym-probe.", dir=out)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"--out {out} is not writable: {exc.strerror or exc}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# preset listing
+# ---------------------------------------------------------------------------------------------
+def _budget(setting: dict) -> str:
+    p = setting.get("params", {})
+    if setting["kind"] == "token":
+        return f"{p.get('episodes', '?')} episodes"
+    return f"{p.get('steps', '?')} steps"
+
+
+def _method_text(method: dict) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in method.get("kwargs", {}).items())
+    inner = method["algo"] + (f", {args}" if args else "")
+    return method["name"] if inner == method["name"] else f"{method['name']} ({inner})"
+
+
+def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for j, row in enumerate(rows):
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        out.append("  ".join(cells).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def describe_preset(preset: Preset, seeds: int | None = None, workers: int = 2) -> str:
+    """What ``preset`` runs with ``seeds`` seeds, and its estimated cost with ``workers`` parallel runs."""
+    from tpo_gym.evaluation.cost import estimate_preset, format_seconds
+
+    n = preset.seeds if seeds is None else seeds
+    est = estimate_preset(preset, n)
+    lines = [f"{preset.name}: {preset.data['description']}",
+             f"paper:   {preset.data['paper_ref']}",
+             f"seeds:   {n} (0..{n - 1}){'' if seeds is None else f'; the preset default is {preset.seeds}'}",
+             f"runs:    {est.runs} (method x setting x seed), each one process with one thread",
+             "methods: " + "; ".join(_method_text(m) for m in preset.methods), ""]
+    rows = [["setting", "kind", "budget", "methods", "runs", "est. compute"]]
+    for s in preset.settings:
+        methods = [m["name"] for m in preset.setting_methods(s)]
+        rows.append([s["name"], s["kind"], _budget(s), ", ".join(methods), str(len(methods) * n),
+                     format_seconds(est.per_setting.get(s["name"], 0.0))])
+    lines += _table(rows, right={4, 5})
+    lines += ["", f"estimated cost: {format_seconds(est.compute_s)} of compute; about "
+                  f"{format_seconds(est.wall_s(workers))} wall with --workers {workers} "
+                  f"(the longest run alone: {format_seconds(est.longest_s)})",
+              textwrap.fill(f"({_ESTIMATE_NOTE})", 100)]
+    return "\n".join(lines)
+
+
+def presets_overview(workers: int = 2) -> str:
+    """One line per packaged preset: settings, methods, default seeds, runs and estimated cost."""
+    from tpo_gym.evaluation.cost import estimate_preset, format_seconds
+
+    rows = [["preset", "settings", "methods", "seeds", "runs", "est. compute", f"est. wall ({workers} workers)"]]
+    broken = []
+    for name in available_presets():
+        try:
+            preset = load_preset(name)
+        except PresetError as exc:
+            broken.append(f"{name}: {exc}")
+            continue
+        est = estimate_preset(preset)
+        rows.append([name, str(len(preset.settings)), str(len(preset.methods)), str(preset.seeds), str(est.runs),
+                     format_seconds(est.compute_s), format_seconds(est.wall_s(workers))])
+    lines = _table(rows, right={1, 2, 3, 4, 5, 6})
+    lines += [f"invalid preset {b}" for b in broken]
+    lines += ["", "details: tpo-gym presets NAME; a selection: tpo-gym bench --preset NAME --seeds N "
+                  "--settings A,B --methods X,Y --list", textwrap.fill(f"({_ESTIMATE_NOTE})", 100)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tpo-gym`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from tpo_gym.evaluation.report import build_report
+    subs = parser._tpo_sub  # type: ignore[attr-defined]
+    if args.command is None:
+        parser.print_help()
+        return 0
+
+    if args.command == "presets":
+        if args.name is None:
+            print(presets_overview(args.workers))
+            return 0
+        try:
+            preset = load_preset(args.name)
+        except PresetError as exc:
+            subs["presets"].error(str(exc))
+        print(describe_preset(preset, args.seeds, args.workers))
+        return 0
+
+    from tpo_gym.evaluation.report import NoStoredRuns, build_report
 
     if args.command == "report":
+        target = Path(args.dir)
+        if target.exists() and not target.is_dir():
+            _fail("report", f"{target} is not a directory")
         try:
-            written = build_report(args.dir)
-        except (FileNotFoundError, PresetError) as exc:
-            parser.error(str(exc))
-        print(f"wrote {', '.join(sorted(written))} in {args.dir}")
+            written = build_report(target)
+        except NoStoredRuns as exc:
+            _fail("report", str(exc), code=1)
+        except FileNotFoundError as exc:
+            _fail("report", str(exc))
+        except PresetError as exc:
+            _fail("report", f"{target / 'manifest.json'} holds an invalid preset: {exc}")
+        except OSError as exc:
+            _fail("report", f"cannot write the report in {target}: {exc.strerror or exc}", code=1)
+        print(f"wrote {', '.join(sorted(written))} in {target}")
         return 0
 
     from tpo_gym.evaluation.runner import BackendError, bench, require_ray
@@ -103,17 +281,26 @@ def main(argv: list[str] | None = None) -> int:
         preset = load_preset(args.preset)
         if args.settings or args.methods:
             preset = preset.subset(_names(args.settings), _names(args.methods))
-        if args.backend == "ray":
+        if args.backend == "ray" and not args.list:
             require_ray()
     except (PresetError, BackendError) as exc:
-        parser.error(str(exc))
+        subs["bench"].error(str(exc))
+    if args.list:
+        print(describe_preset(preset, args.seeds, args.workers))
+        return 0
     out = Path(args.out) if args.out else Path("runs") / preset.name
+    problem = _check_out(out)
+    if problem:
+        _fail("bench", problem)
     argv_list = sys.argv[1:] if argv is None else argv
     command = "tpo-gym " + " ".join(shlex.quote(a) for a in argv_list)
     t0 = time.perf_counter()
-    summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
-                    command=command, progress=not args.no_progress)
-    build_report(out)
+    try:
+        summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
+                        command=command, progress=not args.no_progress)
+        build_report(out)
+    except OSError as exc:
+        _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)
     print(f"{preset.name}: {summary.total} runs ({summary.executed} executed, {summary.skipped} resumed, "
           f"{summary.failed} failed) in {time.perf_counter() - t0:.1f} s -> {out / 'report.md'}")
     return 1 if summary.failed else 0

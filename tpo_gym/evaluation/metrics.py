@@ -1,4 +1,4 @@
-r"""Metrics of SPEC section 5 and the rliable-style aggregate, as small pure functions.
+r"""Metrics of docs/method.md section 5 and the rliable-style aggregate, as small pure functions.
 
 Conventions
 -----------
@@ -42,7 +42,8 @@ def seed_mean_curve(curves: np.ndarray) -> np.ndarray:
 def steps_to_threshold(
     curves: np.ndarray, threshold: float, steps: Sequence[float] | None = None
 ) -> float | None:
-    """Steps to threshold (SPEC 5): the first step at which the *seed-mean* curve is below ``threshold``.
+    """Steps to threshold (docs/method.md section 5): the first step at which the *seed-mean* curve is below
+    ``threshold``.
 
     :param curves: ``[n_seeds, n_steps]`` error curves (a 1-D curve is read as one seed).
     :param threshold: strict bound: the first index ``i`` with ``mean_i < threshold`` counts.

@@ -1,7 +1,7 @@
 """Benchmark presets: JSON data files, loaded, validated and expanded into runs.
 
-A preset (``tpo_gym/evaluation/presets/NAME.json``) mirrors one published result of SPEC section 6.
-Its fields:
+A preset (``tpo_gym/evaluation/presets/NAME.json``) mirrors one published result (docs/method.md
+section 6). Its fields:
 
 ``name``, ``description`` (one line), ``paper_ref`` (where in the paper), ``seeds`` (default count),
 ``settings`` -- the table's columns: ``{"name", "kind", "params", "methods"?}``; ``kind`` is a run
@@ -14,7 +14,13 @@ arguments of that method.
 "unit"?, "paper_dash"?}``; the first is the headline.
 ``paper`` -- ``{metric_id: {method: {setting: value}}}``: a number, ``"-"`` (the paper's dash:
 never reached / above ``paper_dash``), a bound ``">99"`` / ``"<2.3"``, or ``null`` (not reported).
-``paper_claims`` (optional) -- the paper's qualitative statements, quoted in the report.
+``paper_claims`` (optional) -- the paper's statements, each checked against the run's numbers in the
+report: ``{"text", "checks": [check, ...]}`` (a plain string is shown as not tested). A check is
+``{"test", "metric" | "key", "method" | "methods", "among"?, "settings"?, "value"?, "setting"?}``
+with ``test`` one of :data:`CHECK_TESTS` (see :mod:`tpo_gym.evaluation.claims`).
+``omitted_claims`` (set by :meth:`Preset.subset`) -- how many claims were dropped because they name a
+method, or need a setting, outside the subset.
+``notes`` (optional) -- remarks on how this preset runs the paper's setup, printed in the report.
 ``tables`` (optional) -- ``{"title", "settings", "methods"}`` groups, one report table each.
 ``curves`` (optional) -- logged keys to plot (default ``["error"]``); ``log_y`` (optional bool).
 """
@@ -33,7 +39,12 @@ from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 
-__all__ = ["Preset", "RunSpec", "PresetError", "available_presets", "load_preset", "validate_preset"]
+__all__ = ["CHECK_TESTS", "Preset", "RunSpec", "PresetError", "available_presets", "load_preset",
+           "resolve_names", "validate_preset"]
+
+#: The tests a claim check may name (evaluated by :mod:`tpo_gym.evaluation.claims`).
+CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "worst_setting")
+_INLINE_METRIC_TYPES = ("steps_to_threshold", "final", "ratio")
 
 _PAPER_STR = re.compile(r"^(-|[<>]\d+(\.\d+)?)$")
 _METRIC_TYPES = ("steps_to_threshold", "final")
@@ -127,20 +138,16 @@ class Preset:
     def subset(self, settings: list[str] | None = None, methods: list[str] | None = None) -> Preset:
         """A preset restricted to some settings and/or methods (paper numbers and tables pruned to match).
 
+        Names match exactly or, failing that, case-insensitively (``ppo`` selects ``PPO``).
+
         :raises PresetError: a name that is not in the preset (with close matches).
         """
         data = copy.deepcopy(self.data)
         for kind, wanted in (("settings", settings), ("methods", methods)):
             if wanted is None:
                 continue
-            known = [x["name"] for x in data[kind]]
-            for name in wanted:
-                if name not in known:
-                    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-                    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-                    raise PresetError(f"preset {self.name!r} has no {kind[:-1]} {name!r}.{hint} "
-                                      f"Its {kind}: {', '.join(known)}")
-            data[kind] = [x for x in data[kind] if x["name"] in wanted]
+            chosen = resolve_names(wanted, [x["name"] for x in data[kind]], f"preset {self.name!r}", kind)
+            data[kind] = [x for x in data[kind] if x["name"] in chosen]
         keep_s = {s["name"] for s in data["settings"]}
         keep_m = {m["name"] for m in data["methods"]}
         for s in data["settings"]:
@@ -158,6 +165,17 @@ class Preset:
                 tables.append(t)
         if "tables" in data:
             data["tables"] = tables
+        kept, omitted = [], 0
+        for claim in data.get("paper_claims", []):
+            claim = _prune_claim(claim, keep_s, keep_m)
+            if claim is None:
+                omitted += 1
+            else:
+                kept.append(claim)
+        if "paper_claims" in data:
+            data["paper_claims"] = kept
+        if omitted:
+            data["omitted_claims"] = int(data.get("omitted_claims", 0)) + omitted
         if not data["settings"] or not data["methods"]:
             raise PresetError(f"preset {self.name!r}: the selection leaves no run")
         validate_preset(data, source=f"{self.source} (subset)")
@@ -176,6 +194,51 @@ class Preset:
                         method_kwargs=copy.deepcopy(method.get("kwargs", {})),
                     ))
         return out
+
+
+def _prune_claim(claim: Any, settings: set[str], methods: set[str]) -> Any:
+    """A claim cut to a subset of settings, or ``None`` when it names a method (or needs a setting) left out."""
+    if isinstance(claim, str):
+        return claim
+    checks = []
+    for check in claim.get("checks", []):
+        named = ([check["method"]] if "method" in check else []) + list(check.get("methods", [])) \
+            + list(check.get("among", []))
+        if any(n not in methods for n in named):
+            return None
+        check = dict(check)
+        if "settings" in check:
+            check["settings"] = [x for x in check["settings"] if x in settings]
+            if not check["settings"]:
+                return None
+        if "setting" in check and check["setting"] not in settings:
+            return None
+        checks.append(check)
+    return dict(claim, checks=checks)
+
+
+def resolve_names(wanted: list[str], known: list[str], owner: str, kind: str) -> list[str]:
+    """Map user-typed names to ``known`` ones: exact match first, then case-insensitive.
+
+    :param kind: ``"settings"`` or ``"methods"`` (for the message).
+    :raises PresetError: a name that matches nothing (with close matches) or several names that differ only by case.
+    """
+    out = []
+    for name in wanted:
+        if name in known:
+            out.append(name)
+            continue
+        folded = [k for k in known if k.casefold() == name.casefold()]
+        if len(folded) == 1:
+            out.append(folded[0])
+            continue
+        if folded:
+            raise PresetError(f"{owner}: {kind[:-1]} {name!r} is ambiguous: {', '.join(folded)}")
+        by_fold = {k.casefold(): k for k in known}
+        close = [by_fold[c] for c in difflib.get_close_matches(name.casefold(), list(by_fold), n=3, cutoff=0.5)]
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise PresetError(f"{owner} has no {kind[:-1]} {name!r}.{hint} Its {kind}: {', '.join(known)}")
+    return out
 
 
 def _presets_dir() -> Path:
@@ -333,6 +396,62 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
     curves = data.get("curves", ["error"])
     if not isinstance(curves, list) or not all(isinstance(c, str) for c in curves):
         _fail(source, "curves must be a list of logged keys")
+    notes = data.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        _fail(source, "notes must be a list of strings")
     claims = data.get("paper_claims", [])
-    if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
-        _fail(source, "paper_claims must be a list of strings")
+    if not isinstance(claims, list):
+        _fail(source, "paper_claims must be a list")
+    for i, claim in enumerate(claims):
+        if isinstance(claim, str):
+            continue
+        if not isinstance(claim, dict) or not isinstance(claim.get("text"), str) or not claim["text"].strip():
+            _fail(source, f"paper_claims[{i}] must be a string or an object with a non-empty 'text'")
+        checks = claim.get("checks", [])
+        if not isinstance(checks, list):
+            _fail(source, f"paper_claims[{i}].checks must be a list")
+        for j, check in enumerate(checks):
+            _validate_check(source, f"paper_claims[{i}].checks[{j}]", check, method_names, setting_names,
+                            metric_ids)
+
+
+def _validate_check(source: str, where: str, check: Any, method_names: list[str], setting_names: list[str],
+                    metric_ids: list[str]) -> None:
+    if not isinstance(check, dict):
+        _fail(source, f"{where} must be an object")
+    test = check.get("test")
+    if test not in CHECK_TESTS:
+        _fail(source, f"{where}: test must be one of {', '.join(CHECK_TESTS)}; got {test!r}")
+    metric, key = check.get("metric"), check.get("key")
+    if (metric is None) == (key is None):
+        _fail(source, f"{where}: give exactly one of 'metric' (an id or an inline metric) and 'key'")
+    if key is not None and not isinstance(key, str):
+        _fail(source, f"{where}: key must be a string")
+    if isinstance(metric, str):
+        if metric not in metric_ids:
+            _fail(source, f"{where}: unknown metric {metric!r}; metrics: {', '.join(metric_ids)}")
+    elif metric is not None:
+        if not isinstance(metric, dict) or metric.get("type") not in _INLINE_METRIC_TYPES \
+                or not isinstance(metric.get("key", "error"), str):
+            _fail(source, f"{where}: an inline metric needs a type in {_INLINE_METRIC_TYPES} and a string key")
+        if metric["type"] == "steps_to_threshold" and not isinstance(metric.get("threshold"), int | float):
+            _fail(source, f"{where}: an inline steps_to_threshold metric needs a numeric threshold")
+    if test == "paper" and not isinstance(metric, str):
+        _fail(source, f"{where}: test 'paper' needs the id of a metric with paper numbers")
+    names = ([check["method"]] if "method" in check else []) + list(check.get("methods", [])) \
+        + list(check.get("among", []))
+    if not names or not all(isinstance(n, str) for n in names):
+        _fail(source, f"{where}: name the method(s) with 'method' or 'methods'")
+    unknown = [n for n in names if n not in method_names]
+    if unknown:
+        _fail(source, f"{where}: unknown methods {unknown}")
+    settings = list(check.get("settings", [])) + ([check["setting"]] if "setting" in check else [])
+    unknown = [n for n in settings if n not in setting_names]
+    if unknown:
+        _fail(source, f"{where}: unknown settings {unknown}")
+    if test in ("below", "above") and not isinstance(check.get("value"), int | float):
+        _fail(source, f"{where}: test {test!r} needs a numeric 'value'")
+    if test == "worst_setting" and ("setting" not in check or len(names) != 1):
+        _fail(source, f"{where}: test 'worst_setting' needs one 'method' and the 'setting' expected worst")
+    if test == "order" and len(names) < 2:
+        _fail(source, f"{where}: test 'order' needs at least two methods")

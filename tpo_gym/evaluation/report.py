@@ -1,15 +1,22 @@
-"""Build the benchmark report of an output directory from its stored run records.
+"""Build the benchmark report of an output directory from its stored runs.
 
-``build_report(OUT)`` reads ``OUT/manifest.json`` and ``OUT/runs/*.json`` (see
-:mod:`tpo_gym.evaluation.runner`) and writes, atomically:
+``build_report(OUT)`` reads ``OUT/manifest.json`` and the stored runs -- ``OUT/runs/*.json`` (see
+:mod:`tpo_gym.evaluation.runner`), or, for runs without a record there, their rows in
+``OUT/results.jsonl`` -- and writes, atomically and readable by others:
 
-* ``report.md`` -- header (versions, git commit, command, seeds, wall time), one table per preset
-  table and metric laid out as in the paper (rows methods, columns settings) with our value ± s.e.
-  beside the paper's and a flag where they differ by more than 2 s.e., an IQM table with stratified
-  bootstrap 95% intervals, the agents' diagnostics, and failed runs with their traceback;
-* ``curves_<key>.png`` -- learning curves (seed-mean ± s.e. shading), one panel per setting;
+* ``report.md`` -- setup (versions, git commit, command, seeds, wall time), the terms used, one
+  table per preset table and metric laid out as in the paper (rows methods, columns settings) with
+  our value ± s.e. beside the paper's and a flag where they differ by more than 2 s.e., the paper's
+  claims checked against this run's numbers, an IQM aggregate over common settings, the agents'
+  diagnostics, the figures with captions, and failed runs with their traceback;
+* ``curves_<key>.png`` -- seed-mean ± s.e. curves, one colour per method in every figure
+  (:func:`method_colors`), log axes that show exact zeros (:func:`zero_safe_scale`);
 * ``results.jsonl`` -- one row per run per logged step;
 * ``summary.csv`` -- one row per method x setting with every metric and the paper's value.
+
+The report's text (description, paper numbers, claims, notes) comes from the packaged preset of the
+same name when its runs are exactly the runs stored here, so corrected text reaches old runs; the
+runs themselves are always the ones in the manifest.
 """
 
 from __future__ import annotations
@@ -25,20 +32,75 @@ from typing import Any
 
 import numpy as np
 
+from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_text, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
-from tpo_gym.evaluation.presets import Preset, validate_preset
+from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
 from tpo_gym.evaluation.runner import load_record
 
-__all__ = ["DIAGNOSTIC_KEYS", "build_report"]
+__all__ = ["DIAGNOSTIC_KEYS", "PALETTE", "NoStoredRuns", "Scale", "build_report", "method_colors",
+           "zero_safe_scale"]
 
-#: Diagnostics the agents log (SPEC 5); reported when present in the rows.
+#: Diagnostics the agents log (docs/method.md section 5); reported when present in the rows.
 DIAGNOSTIC_KEYS = (
     "grad_norm", "loss", "zero_variance_fraction", "all_fail_fraction", "any_success_fraction",
     "mean_q_winners", "mean_q_losers", "mean_abs_adv_winners", "mean_abs_adv_losers", "misalignment",
 )
+#: The one colour list of every report: method i of the preset gets ``PALETTE[i % len(PALETTE)]``.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
 _FLAG = "⚠"
+_WEIGHT_KEYS = {"mean_q_winners": ("q", "winners"), "mean_q_losers": ("q", "losers"),
+                "mean_abs_adv_winners": ("|A|", "winners"), "mean_abs_adv_losers": ("|A|", "losers")}
+_ERROR_KEYS = ("error", "test_error", "misalignment")
+#: At most this many decades on a log axis; below, a symlog axis turns linear.
+MAX_DECADES = 8
+
+
+class NoStoredRuns(FileNotFoundError):
+    """A directory with a report but no stored run to rebuild it from."""
+
+
+def method_colors(methods: list[str]) -> dict[str, str]:
+    """``{method: colour}``: the colour of each method in every figure of a report (preset order)."""
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(methods)}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A y-axis scale: ``"linear"``, ``"log"`` or ``"symlog"`` (linear below ``linthresh``)."""
+
+    kind: str
+    linthresh: float | None = None
+    floor: float | None = None
+
+    @property
+    def note(self) -> str:
+        if self.kind == "symlog":
+            return f"symlog, linear below {self.linthresh:.0e}"
+        return "log" if self.kind == "log" else ""
+
+
+def zero_safe_scale(values: Any, max_decades: int = MAX_DECADES) -> Scale:
+    """The log-like y scale that draws ``values`` honestly.
+
+    All values positive and within ``max_decades`` decades: ``log``. Any value ``<= 0`` (an exact
+    zero: a log axis would cut it off or draw it at an arbitrary floor) or a wider range: ``symlog``,
+    linear below a threshold -- the smallest positive value rounded down to a power of ten, raised
+    so that at most ``max_decades`` decades are drawn logarithmically. No positive value: ``linear``.
+    """
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    pos = x[x > 0]
+    if pos.size == 0:
+        return Scale("linear")
+    top = 10.0 ** math.ceil(math.log10(float(np.max(np.abs(x)))))
+    low = 10.0 ** math.floor(math.log10(float(pos.min())))
+    if np.any(x <= 0) or top / low > 10.0 ** max_decades:
+        thresh = max(low, top / 10.0 ** max_decades)
+        return Scale("symlog", linthresh=thresh, floor=0.0 if np.all(x >= 0) else None)
+    return Scale("log", floor=low)
 
 
 @dataclass
@@ -50,6 +112,7 @@ class Cell:
     seeds: list[int] = field(default_factory=list)
     rows: list[list[dict[str, Any]]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
 
     def matrix(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, [n_seeds, n_steps] values)`` of logged ``key``, ``NaN`` where a seed lacks it."""
@@ -66,36 +129,113 @@ class Cell:
         return {k for rows in self.rows for r in rows for k in r} - {"step"}
 
 
-def _collect(preset: Preset, out: Path, n_seeds: int) -> dict[tuple[str, str], Cell]:
+# ---------------------------------------------------------------------------------------------
+# stored runs
+# ---------------------------------------------------------------------------------------------
+def _presentation(run_preset: Preset) -> tuple[Preset, list[str], str | None]:
+    """``(preset to present, method names of the full preset, note)``.
+
+    The packaged preset of the same name, cut to the settings and methods that ran, when it
+    expands into exactly the stored runs (same ids and configuration hashes); else the preset as run.
+    """
+    if run_preset.name not in available_presets():
+        return run_preset, [m["name"] for m in run_preset.methods], None
+    try:
+        full = load_preset(run_preset.name)
+        current = full.subset([s["name"] for s in run_preset.settings], [m["name"] for m in run_preset.methods])
+    except PresetError:
+        current = None
+    same = current is not None and (
+        {r.run_id: r.config_hash for r in current.runs(1)} == {r.run_id: r.config_hash for r in run_preset.runs(1)})
+    if not same:
+        source = Path(run_preset.source)
+        packaged = source.name == f"{run_preset.name}.json" and source.parent.name == "presets"
+        note = (f"The packaged preset `{run_preset.name}` has changed since these runs; this report shows the "
+                "preset as it was run.") if packaged else None
+        return run_preset, [m["name"] for m in run_preset.methods], note
+    return Preset(data=current.data, source=run_preset.source), [m["name"] for m in full.methods], None
+
+
+def _jsonl_runs(out: Path) -> dict[str, dict[str, Any]]:
+    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"rows", "config_hash"?}}``."""
+    path = out / "results.jsonl"
+    runs: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return runs
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        run = runs.setdefault(row.pop("run_id"), {"rows": [], "config_hash": row.get("config_hash")})
+        for k in ("method", "setting", "seed", "config_hash"):
+            row.pop(k, None)
+        run["rows"].append(row)
+    return runs
+
+
+def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[str, Any]], int]:
+    """``({run_id: record}, number of runs taken from results.jsonl)`` of every stored run of ``preset``."""
+    records: dict[str, dict[str, Any]] = {}
+    lacking = []
+    for spec in preset.runs(n_seeds):
+        rec = load_record(out, spec)
+        if rec is None:
+            lacking.append(spec)
+        else:
+            records[spec.run_id] = rec
+    from_jsonl = 0
+    if lacking:
+        stored = _jsonl_runs(out)
+        for spec in lacking:
+            run = stored.get(spec.run_id)
+            if run is None or (run["config_hash"] is not None and run["config_hash"] != spec.config_hash):
+                continue
+            records[spec.run_id] = {"status": "ok", "rows": run["rows"], "wall_s": None}
+            from_jsonl += 1
+    return records, from_jsonl
+
+
+def _collect(preset: Preset, records: dict[str, dict[str, Any]], n_seeds: int) -> dict[tuple[str, str], Cell]:
     cells: dict[tuple[str, str], Cell] = {}
     for spec in preset.runs(n_seeds):
         cell = cells.setdefault((spec.method, spec.setting), Cell(spec.method, spec.setting))
-        rec = load_record(out, spec)
+        rec = records.get(spec.run_id)
         if rec is None:
             continue
         if rec.get("status") == "ok":
             cell.seeds.append(spec.seed)
             cell.rows.append(rec["rows"])
+            wall = rec.get("wall_s")
+            if isinstance(wall, int | float) and math.isfinite(wall):
+                cell.walls.append(float(wall))
         else:
             cell.failed.append(rec)
     return cells
 
 
-def _metric_value(cell: Cell, metric: dict[str, Any]) -> tuple[float | None, float, list[float]]:
-    """``(value, s.e., per-seed values)``; value ``None`` = never reached; ``NaN`` = no data."""
+# ---------------------------------------------------------------------------------------------
+# numbers
+# ---------------------------------------------------------------------------------------------
+def _metric_value(cell: Cell, metric: dict[str, Any]) -> C.Stat:
+    """The cell's value of ``metric``: ``value`` ``None`` = never reached, ``NaN`` = no data."""
     key = metric.get("key", "error")
     steps, mat = cell.matrix(key)
     if mat.size == 0:
-        return math.nan, math.nan, []
+        return C.Stat(math.nan)
     if metric["type"] == "steps_to_threshold":
         thr = float(metric["threshold"])
         value = M.steps_to_threshold(mat, thr, steps)
         se = M.bootstrap_se(mat, lambda m: M.steps_to_threshold(m, thr, steps))
-        return value, se, []
-    scale = float(metric.get("scale", 1.0))
-    finals = list(M.final_value(mat) * scale)
+        return C.Stat(value, se)
+    if metric["type"] == "ratio":
+        mean = M.seed_mean_curve(mat)
+        ok = mean[np.isfinite(mean)]
+        if ok.size == 0 or ok[0] == 0:
+            return C.Stat(math.nan)
+        return C.Stat(float(ok[-1] / ok[0]))
+    finals = M.final_value(mat) * float(metric.get("scale", 1.0))
     mean, se = M.mean_and_se(finals)
-    return mean, se, finals
+    return C.Stat(mean, se)
 
 
 def _fmt(v: float | None, metric: dict[str, Any]) -> str:
@@ -114,134 +254,575 @@ def _fmt_se(se: float, metric: dict[str, Any]) -> str:
     return f" ± {se:.0f}" if metric["type"] == "steps_to_threshold" or se >= 100 else f" ± {se:.2g}"
 
 
+def _fmt_stat(stat: C.Stat, metric: dict[str, Any]) -> str:
+    return _fmt(stat.value, metric) + ("" if stat.value is None else _fmt_se(stat.se, metric))
+
+
 def _paper(preset: Preset, metric_id: str, method: str, setting: str) -> Any:
     return preset.data.get("paper", {}).get(metric_id, {}).get(method, {}).get(setting)
 
 
-def _plot(preset: Preset, cells: dict[tuple[str, str], Cell], key: str, path: Path) -> bool:
+_metric_label = C.metric_label
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Figure:
+    """One written figure: file name, heading and caption for report.md."""
+
+    name: str
+    title: str
+    caption: str
+
+
+def _band(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean, s.e., seeds with a value)`` per column of a curve matrix."""
+    mean = M.seed_mean_curve(mat)
+    n = np.sum(~np.isnan(mat), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        se = np.where(n > 1, np.nanstd(mat, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
+    return mean, np.nan_to_num(se), n
+
+
+def _apply_scale(ax: Any, scale: Scale) -> None:
+    if scale.kind == "log":
+        from matplotlib.ticker import LogFormatterSciNotation
+
+        ax.set_yscale("log")
+        # label some minor ticks too when the axis spans only a decade or two (e.g. 2% .. 90% error)
+        ax.yaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    elif scale.kind == "symlog":
+        ax.set_yscale("symlog", linthresh=scale.linthresh, linscale=0.5)
+        if scale.floor is not None:
+            ax.set_ylim(bottom=0.0)
+
+
+def _draw(ax: Any, steps: np.ndarray, mat: np.ndarray, color: Any, scale: Scale, nonneg: bool,
+          style: str = "-", label: str | None = None, lw: float = 1.4, method: str | None = None,
+          upper: float | None = None) -> Any:
+    """One seed-mean line with its ± s.e. band; ``method`` is kept as the line's gid (tests read it)."""
+    mean, se, _ = _band(mat)
+    (line,) = ax.plot(steps, mean, style, color=color, lw=lw, label=label, gid=method)
+    low, high = mean - se, mean + se
+    if nonneg:
+        low = np.maximum(low, 0.0)
+    if upper is not None:
+        high = np.minimum(high, upper)
+    if scale.kind == "log" and scale.floor is not None:
+        low = np.maximum(low, scale.floor)
+    ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
+    return line
+
+
+def _width(method: str, colors: dict[str, str]) -> float:
+    """Earlier methods draw wider, so a line that a later one overlaps still shows at its edges."""
+    order = list(colors)
+    return 2.2 - 1.0 * order.index(method) / max(1, len(order) - 1)
+
+
+def _new_figure(n_panels: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, list[Any]]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = [s["name"] for s in preset.settings
-                if any(key in c.keys() for (m, st), c in cells.items() if st == s["name"])]
-    if not settings:
-        return False
-    ncols = min(4, len(settings))
-    nrows = math.ceil(len(settings) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
-    log_y = bool(preset.data.get("log_y", False)) and key in ("error", "test_error", "misalignment")
-    for ax, setting in zip(axes.flat, settings, strict=False):
-        for method in [m["name"] for m in preset.methods]:
-            cell = cells.get((method, setting))
-            if cell is None or not cell.rows:
-                continue
-            steps, mat = cell.matrix(key)
-            if mat.size == 0:
-                continue
-            mean = M.seed_mean_curve(mat)
-            n = np.sum(~np.isnan(mat), axis=0)
-            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                se = np.where(n > 1, np.nanstd(mat, axis=0, ddof=min(1, mat.shape[0] - 1)) / np.sqrt(n), 0.0)
-            (line,) = ax.plot(steps, mean, label=f"{method} (n={len(cell.rows)})", lw=1.4)
-            ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.2, lw=0)
-        if log_y:
-            ax.set_yscale("log")
-            low, high = ax.get_ylim()
-            ax.set_ylim(max(low, 1e-8), high)
-        ax.set_title(setting, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel(key)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(settings):]:
+    ncols = min(4, n_panels)
+    nrows = math.ceil(n_panels / ncols)
+    if n_panels == 1:
+        width = 6.0
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + 0.5), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
         ax.set_visible(False)
-    fig.suptitle(f"{preset.name}: {key} (seed mean ± s.e.)", fontsize=11)
-    fig.tight_layout()
+    return fig, flat[:n_panels]
+
+
+def _save(fig: Any, path: Path, handles: list[Any], labels: list[str], title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=11)
+    bottom = 0.0
+    if handles:
+        column = 0.75 + 0.07 * max(len(label) for label in labels)  # inches per legend column
+        ncol = max(1, min(len(labels), int(fig.get_figwidth() // column)))
+        rows = math.ceil(len(labels) / ncol)
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+        bottom = (0.1 + 0.2 * rows) / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
-    return True
 
 
-def build_report(out: str | Path) -> dict[str, Path]:
-    """Rebuild every report file of ``out`` from its manifest and stored run records.
+def _settings_with(preset: Preset, cells: dict[tuple[str, str], Cell], keys: tuple[str, ...]) -> list[str]:
+    return [s["name"] for s in preset.settings
+            if any(k in c.keys() for (_, st), c in cells.items() if st == s["name"] for k in keys)]
 
-    :return: ``{name: path}`` of the files written.
-    :raises FileNotFoundError: ``out`` has no ``manifest.json`` (nothing was benchmarked there).
-    """
-    out = Path(out)
-    manifest_path = out / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
-    manifest = read_json(manifest_path)
-    validate_preset(manifest["preset"], source=str(manifest_path))
-    preset = Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
-    n_seeds = int(manifest["seeds"])
-    cells = _collect(preset, out, n_seeds)
-    written: dict[str, Path] = {}
 
-    # results.jsonl: one row per run per logged step
-    lines = []
-    for spec in preset.runs(n_seeds):
-        rec = load_record(out, spec)
-        if rec is None or rec.get("status") != "ok":
-            continue
-        for row in rec["rows"]:
-            lines.append(json.dumps({"run_id": spec.run_id, "method": spec.method, "setting": spec.setting,
-                                     "seed": spec.seed, **row}))
-    written["results.jsonl"] = atomic_write_text(out / "results.jsonl", "\n".join(lines) + ("\n" if lines else ""))
-
-    # PNG curves
-    curve_keys = list(preset.data.get("curves", ["error"]))
-    present = set().union(*(c.keys() for c in cells.values())) if cells else set()
-    curve_keys += [k for k in DIAGNOSTIC_KEYS if k in present and k not in curve_keys]
-    pngs = []
-    for key in curve_keys:
-        name = f"curves_{key}.png"
-        if _plot(preset, cells, key, out / name):
-            written[name] = out / name
-            pngs.append((key, name))
-
-    # metrics per cell
-    values: dict[tuple[str, str, str], tuple[float | None, float, list[float]]] = {}
+def _gaps(cells: dict[tuple[str, str], Cell], keys: tuple[str, ...]) -> list[str]:
+    """Where every seed lacks ``keys`` while the run goes on (every group had zero variance)."""
+    out = []
     for (method, setting), cell in cells.items():
-        for metric in preset.metrics:
-            values[(metric["id"], method, setting)] = _metric_value(cell, metric)
+        if not cell.rows or not any(k in cell.keys() for k in keys):
+            continue
+        steps, err = cell.matrix("zero_variance_fraction")
+        if err.size == 0:
+            continue
+        blank = np.ones(len(steps), dtype=bool)
+        for k in keys:
+            ksteps, mat = cell.matrix(k)
+            if mat.size == 0:
+                continue
+            have = {s for s, col in zip(ksteps, (~np.isnan(mat)).any(axis=0), strict=True) if col}
+            blank &= np.array([s not in have for s in steps])
+        zero_var = np.nanmin(err, axis=0) >= 1.0 - 1e-9
+        both = blank & zero_var
+        if both.any():
+            first = int(steps[np.flatnonzero(both)[0]])
+            out.append(f"{method} in {setting}: {int(both.sum())} of {len(steps)} steps, first at step {first}")
+    return out
 
-    # summary.csv
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    header = ["preset", "method", "setting", "n_ok", "n_failed"]
-    for metric in preset.metrics:
-        header += [metric["id"], f"{metric['id']}_se", f"{metric['id']}_paper", f"{metric['id']}_within_2se"]
-    writer.writerow(header)
-    n_flags = 0
+
+def _seeds_note(cells: dict[tuple[str, str], Cell], n_seeds: int) -> str:
+    short = [f"{c.method} in {c.setting} ({len(c.rows)})" for c in cells.values() if 0 < len(c.rows) < n_seeds]
+    base = f"Seed mean ± s.e. over {n_seeds} seeds"
+    return base + (f" (fewer seeds: {', '.join(short)})" if short else "") + "."
+
+
+def _fig_curves(preset: Preset, cells: dict[tuple[str, str], Cell], key: str, colors: dict[str, str],
+                log: bool, path: Path, n_seeds: int) -> Figure | None:
+    settings = _settings_with(preset, cells, (key,))
+    if not settings:
+        return None
+    fig, axes = _new_figure(len(settings))
+    handles: dict[str, Any] = {}
+    notes = []
+    for ax, setting in zip(axes, settings, strict=True):
+        drawn = [(m, *cells[(m, setting)].matrix(key)) for m in colors
+                 if (m, setting) in cells and cells[(m, setting)].rows]
+        drawn = [(m, s, mat) for m, s, mat in drawn if mat.size]
+        means = np.concatenate([M.seed_mean_curve(mat) for _, _, mat in drawn]) if drawn else np.array([])
+        nonneg = bool(np.all(means[np.isfinite(means)] >= -1e-12)) if means.size else True
+        scale = zero_safe_scale(means) if log else Scale("linear")
+        for method, steps, mat in drawn:
+            handles[method] = _draw(ax, steps, mat, colors[method], scale, nonneg, method=method,
+                                    upper=1.0 if key.endswith("_fraction") else None, lw=_width(method, colors))
+        _apply_scale(ax, scale)
+        if scale.kind == "symlog":
+            notes.append(f"{setting}: symlog, linear below {scale.linthresh:.0e}")
+        ax.set_title(setting, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel(key + (f" ({scale.note})" if scale.note else ""), fontsize=9)
+        ax.grid(alpha=0.3)
+    order = [m for m in colors if m in handles]
+    _save(fig, path, [handles[m] for m in order], order, f"{key}: seed mean ± s.e.")
+    caption = _seeds_note(cells, n_seeds)
+    if log:
+        caption += " Log y-axis."
+        if notes:
+            caption += (" Panels whose curves reach exactly 0 (or span more than "
+                        f"{MAX_DECADES} decades) use a symlog axis, linear below the stated threshold, so zeros "
+                        "are drawn at 0 instead of being cut off: " + "; ".join(notes) + ".")
+    gaps = _gaps({k: c for k, c in cells.items() if k[1] in settings}, (key,))
+    if gaps:
+        caption += (" Lines break where every seed had only zero-variance groups (nothing to log): "
+                    + "; ".join(gaps) + ".")
+    return Figure(path.name, key.replace("_", " "), caption)
+
+
+def _fig_loss(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dict[str, str], path: Path,
+              n_seeds: int) -> Figure | None:
+    methods = [m for m in colors if any(c.method == m and "loss" in c.keys() for c in cells.values())]
+    if not methods:
+        return None
+    fig, axes = _new_figure(len(methods))
+    setting_names = [s["name"] for s in preset.settings]
+    for ax, method in zip(axes, methods, strict=True):
+        mine = [s for s in setting_names if (method, s) in cells and "loss" in cells[(method, s)].keys()]
+        for i, setting in enumerate(mine):
+            steps, mat = cells[(method, setting)].matrix("loss")
+            shade = _shade(colors[method], i, len(mine))
+            _draw(ax, steps, mat, shade, Scale("linear"), nonneg=False, label=setting if len(mine) > 1 else None,
+                  method=f"{method} | {setting}")
+        ax.set_title(method, fontsize=10, color=colors[method])
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (first epoch)", fontsize=9)
+        ax.grid(alpha=0.3)
+        if len(mine) > 1:
+            ax.legend(fontsize=6, ncol=2)
+        elif mine:
+            ax.text(0.98, 0.95, mine[0], transform=ax.transAxes, ha="right", va="top", fontsize=7, color="0.4")
+    _save(fig, path, [], [], "loss: one panel per method (the objectives differ)")
+    caption = (_seeds_note(cells, n_seeds) + " One panel per method, each on its own y-axis: every method "
+               "minimises a different objective (TPO: cross-entropy to its target q; GRPO and PPO: clipped "
+               "surrogates; REINFORCE, DG: policy-gradient losses), so their values are not comparable. "
+               "Darker shades of a method's colour are later settings of the preset.")
+    algos = {m["name"]: m["algo"] for m in preset.methods}
+    if any(algos.get(m) in ("GRPO", "PPO") for m in methods):
+        caption += (" At the first epoch the ratio to the rollout policy is 1, so a clipped surrogate equals minus "
+                    "the mean advantage, about 0 with zero-mean advantages: GRPO's and PPO's first-epoch loss says "
+                    "little about learning.")
+    return Figure(path.name, "loss", caption)
+
+
+def _shade(color: str, i: int, n: int) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    rgb = np.array(to_rgb(color))
+    if n <= 1:
+        return tuple(rgb)
+    mix = 0.65 * (1 - i / (n - 1))  # first setting lightest, last the method's colour
+    return tuple(rgb + (1 - rgb) * mix)
+
+
+def _fig_weights(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dict[str, str], path: Path,
+                 n_seeds: int) -> Figure | None:
+    keys = tuple(_WEIGHT_KEYS)
+    settings = _settings_with(preset, cells, keys)
+    if not settings:
+        return None
+    from matplotlib.lines import Line2D
+
+    fig, axes = _new_figure(len(settings))
+    used: dict[str, str] = {}
+    for ax, setting in zip(axes, settings, strict=True):
+        drawn = []
+        for method in colors:
+            cell = cells.get((method, setting))
+            if cell is None or not cell.rows:
+                continue
+            for key, (what, side) in _WEIGHT_KEYS.items():
+                steps, mat = cell.matrix(key)
+                if mat.size:
+                    drawn.append((method, what, side, steps, mat))
+        means = np.concatenate([M.seed_mean_curve(mat) for *_, mat in drawn]) if drawn else np.array([])
+        scale = zero_safe_scale(means)
+        for method, what, side, steps, mat in drawn:
+            _draw(ax, steps, mat, colors[method], scale, nonneg=True, style="-" if side == "winners" else "--",
+                  method=method)
+            used[method] = what
+        _apply_scale(ax, scale)
+        ax.set_title(setting, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("weight per candidate" + (f" ({scale.note})" if scale.note else ""), fontsize=9)
+        ax.grid(alpha=0.3)
+    order = [m for m in colors if m in used]
+    handles = [Line2D([], [], color=colors[m], lw=1.6) for m in order]
+    labels = [f"{m}: mean {used[m]}" for m in order]
+    handles += [Line2D([], [], color="0.3", lw=1.4), Line2D([], [], color="0.3", lw=1.4, ls="--")]
+    labels += ["winners (u > 0)", "losers (u < 0)"]
+    _save(fig, path, handles, labels, "weight on winners vs losers: seed mean ± s.e.")
+    caption = (_seeds_note(cells, n_seeds) + " Solid: candidates that beat their group's mean score (u > 0); "
+               "dashed: candidates below it. The weight is the mean target probability q_i for TPO-style "
+               "methods and the mean |A_i| for GRPO (docs/method.md section 5); log y-axis, symlog where the "
+               "panel reaches 0.")
+    gaps = _gaps({k: c for k, c in cells.items() if k[1] in settings}, keys)
+    if gaps:
+        caption += (" Lines break where every group of every seed had zero variance, so there was no winner "
+                    "or loser to weigh: " + "; ".join(gaps) + ".")
+    return Figure(path.name, "winners vs losers", caption)
+
+
+def _complementary(cells: dict[tuple[str, str], Cell], a: str, b: str) -> bool:
+    """Whether ``a == 1 - b`` wherever both are logged (then plotting ``a`` only repeats ``b``)."""
+    seen = False
+    for cell in cells.values():
+        for rows in cell.rows:
+            for r in rows:
+                if a in r and b in r and r[a] is not None and r[b] is not None:
+                    x, y = float(r[a]), float(r[b])
+                    if math.isfinite(x) and math.isfinite(y):
+                        seen = True
+                        if abs(x + y - 1.0) > 1e-6:
+                            return False
+    return seen
+
+
+def _figures(preset: Preset, cells: dict[tuple[str, str], Cell], out: Path, n_seeds: int) -> list[Figure]:
+    colors = method_colors([m["name"] for m in preset.methods])
+    present = set().union(*(c.keys() for c in cells.values())) if cells else set()
+    log = bool(preset.data.get("log_y", False))
+    wanted = list(preset.data.get("curves", ["error"]))
+    wanted += [k for k in DIAGNOSTIC_KEYS if k in present and k not in wanted]
+    skip_any = _complementary(cells, "any_success_fraction", "all_fail_fraction")
+    figures: list[Figure] = []
+    done: set[str] = set()
+    for key in wanted:
+        name = "weights" if key in _WEIGHT_KEYS else key
+        if name in done or (name != "weights" and key not in present):
+            continue
+        done.add(name)
+        path = out / f"curves_{name}.png"
+        if name == "weights":
+            fig = _fig_weights(preset, cells, colors, path, n_seeds)
+        elif key == "loss":
+            fig = _fig_loss(preset, cells, colors, path, n_seeds)
+        elif key == "any_success_fraction" and skip_any:
+            continue
+        else:
+            fraction = key.endswith("_fraction")
+            fig = _fig_curves(preset, cells, key, colors, (log and key in _ERROR_KEYS) or key == "grad_norm",
+                              path, n_seeds)
+            if fig is not None and key == "grad_norm":
+                fig.caption = ("L2 norm of the gradient of the first epoch of each step. " + fig.caption)
+            if fig is not None and key == "all_fail_fraction" and skip_any:
+                fig.caption += (" The fraction of groups with at least one success is 1 − this fraction in "
+                                "this run (every score is 0 or 1), so it is not drawn separately.")
+            if fig is not None and fraction:
+                fig.caption = f"Fraction of groups per step. {fig.caption}"
+        if fig is not None:
+            figures.append(fig)
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------
+# report.md sections
+# ---------------------------------------------------------------------------------------------
+_STEP_TERMS = {
+    "tabular_single": "single-context bandit: one normalised update of the logit table from B sampled actions",
+    "tabular_multi": "multi-context bandit: one exact (population) update of all N x K logits, normalised",
+    "token": ("token task: one iteration, an *episode* in the paper: B prompts rolled out with the current policy "
+              "(B·K complete rollouts for sequence-level methods, and for single-sample methods under the "
+              "interaction budget), then E full-batch optimiser steps on them"),
+    "mnist": ("MNIST: one batch of B training images, one sampled class each, and the method's update on it; "
+              "test error is measured every `eval_every` steps"),
+}
+_ERROR_TERMS = {
+    "tabular_single": "single-context bandit: 1 − π(y*), the probability not on the correct arm",
+    "tabular_multi": "multi-context bandit: 1 − mean over contexts of π_n(y_n)",
+    "token": ("token task: 1 − mean reward of the training rollouts (sampled, not greedy): per-token error with "
+              "bag-of-tokens reward, credit up to the first mistake with sequential reward, exact-match error with "
+              "terminal reward"),
+    "mnist": ("MNIST: `test_error` is the greedy (argmax) error on the 10,000 test images; `error` the training "
+              "error averaged over the last `eval_every` steps"),
+}
+_DIAG_TERMS = {
+    "grad_norm": "`grad_norm`: L2 norm of the gradient of the first epoch of each step",
+    "zero_variance_fraction": ("`zero_variance_fraction`: fraction of groups whose K scores are all equal; "
+                               "their z-scores are 0, so they carry no learning signal"),
+    "all_fail_fraction": "`all_fail_fraction`: fraction of groups in which every candidate fails (score 0)",
+    "any_success_fraction": "`any_success_fraction`: fraction of groups with at least one success (score 1)",
+    "mean_q_winners": ("*winners* / *losers*: candidates above / below their group's mean score; "
+                       "`mean_q_*` is their mean target probability q_i (TPO), `mean_abs_adv_*` their mean |A_i| "
+                       "(GRPO)"),
+}
+
+
+def _terms(preset: Preset, present: set[str]) -> list[str]:
+    kinds = list(dict.fromkeys(s["kind"] for s in preset.settings))
+    md = ["## Terms\n"]
+    md.append("- **step** — " + "; ".join(_STEP_TERMS.get(k, k) for k in kinds) + ".")
+    md.append("- **error** — " + "; ".join(_ERROR_TERMS.get(k, k) for k in kinds) + ".")
+    if "misalignment" in present:
+        md.append("- **misalignment** — 1 − cos(g, g*) between the update direction g a method takes and the "
+                  "oracle direction g*: π(y*)(e_y* − π) on the single-context bandit, the cross-entropy (CE) "
+                  "direction on the multi-context bandit. 0 = the oracle's direction, 1 = orthogonal to it.")
+    if any(m["type"] == "steps_to_threshold" for m in preset.metrics):
+        md.append("- **steps to X** — the first (0-indexed) step at which the seed-mean curve is below X; "
+                  "`never` = not within the budget. Its ± is a bootstrap s.e. (200 resamples of the seeds).")
+    md.append("- **±** — standard error over seeds, std (ddof = 1) / sqrt(n). **⚠** — outside 2 s.e. of the "
+              "paper's value; the paper's `-` means never reached (steps) or above the stated bound (error). "
+              "**n/a** — the setting does not run this method, or no run finished.")
+    for key, text in _DIAG_TERMS.items():
+        if key in present:
+            md.append(f"- {text}.")
+    md.append("- Method definitions, tasks and the paper's numbers: docs/method.md of the tpo-gym repository "
+              "(sections 1-6).")
+    md.append("")
+    return md
+
+
+def _results(preset: Preset, cells: dict[tuple[str, str], Cell], values: dict[tuple[str, str, str], C.Stat],
+             n_seeds: int) -> list[str]:
+    md = ["## Results\n"]
+    titled = bool(preset.data.get("tables"))
+    compared = flagged = 0
+    for table in preset.tables():
+        settings = table.get("settings") or [s["name"] for s in preset.settings]
+        methods = table.get("methods") or [m["name"] for m in preset.methods]
+        for metric in preset.metrics:
+            label = _metric_label(metric)
+            md.append(f"### {table['title']}: {label[0].lower() + label[1:]}\n" if titled else f"### {label}\n")
+            md.append("| Method | " + " | ".join(settings) + " |")
+            md.append("|---|" + "---|" * len(settings))
+            for method in methods:
+                texts = []
+                for setting in settings:
+                    cell = cells.get((method, setting))
+                    if cell is None:
+                        texts.append("n/a")
+                        continue
+                    stat = values[(metric["id"], method, setting)]
+                    txt = _fmt_stat(stat, metric)
+                    paper = _paper(preset, metric["id"], method, setting)
+                    if paper is not None:
+                        txt += f" ({paper})"
+                        if stat.has_data:
+                            compared += 1
+                            if M.paper_agrees(stat.value, stat.se, paper, metric.get("paper_dash", "never")) is False:
+                                txt += f" {_FLAG}"
+                                flagged += 1
+                    if cell.failed:
+                        txt += f" [{len(cell.failed)} failed]"
+                    if not cell.rows and not cell.failed:
+                        txt = "not run yet"
+                    elif len(cell.rows) < n_seeds:
+                        txt += f" [n={len(cell.rows)}]"
+                    texts.append(txt)
+                md.append(f"| {method} | " + " | ".join(texts) + " |")
+            md.append("")
+    md.append("Cells: **ours ± s.e. (paper)**." if compared else "Cells: **ours ± s.e.**")
+    if compared:
+        md.append(f"{flagged} of {compared} cells with a published number differ from it by more than 2 s.e. "
+                  f"({_FLAG}).\n")
+    else:
+        md.append("Nothing was compared with the paper: no cell of this run has a published number.\n")
+    return md
+
+
+def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str], Cell],
+            values: dict[tuple[str, str, str], C.Stat]) -> list[str]:
+    claims = preset.data.get("paper_claims", [])
+    omitted = int(preset.data.get("omitted_claims", 0))
+    if not claims and not omitted:
+        return []
+    run_methods = [m["name"] for m in preset.methods]
+    ran = {s["name"]: [m["name"] for m in preset.setting_methods(s)] for s in preset.settings}
+    extra: dict[tuple[str, str, str], C.Stat] = {}
+
+    def lookup(metric: dict[str, Any], method: str, setting: str) -> C.Stat | None:
+        cell = cells.get((method, setting))
+        if cell is None:
+            return None
+        key = (metric["id"], method, setting)
+        if key in values and any(m["id"] == metric["id"] for m in preset.metrics):
+            return values[key]
+        if key not in extra:
+            extra[key] = _metric_value(cell, metric)
+        return extra[key]
+
+    md = ["## Claims\n", "The paper's claims for this experiment, checked against this run's numbers "
+          "(lower is better for every metric; `never` ranks last).\n"]
+    skipped = omitted
+    for claim in claims:
+        text = claim if isinstance(claim, str) else claim["text"]
+        others = set(full_methods) - set(run_methods)
+        if (C.claim_methods(claim) - set(run_methods)) or C.mentioned_methods(text, sorted(others)):
+            skipped += 1
+            continue
+        verdict = C.evaluate_claim(claim, preset.metrics, ran, lookup, _fmt_stat,
+                                   lambda mid, m, s: _paper(preset, mid, m, s))
+        md.append(f"- **{verdict.status}** — {text}")
+        md.extend(f"  - {line}" for line in verdict.evidence)
+    if skipped:
+        md.append(f"\n{skipped} more claim(s) of the full preset concern methods or settings this run did not "
+                  "include.")
+    md.append("")
+    return md
+
+
+def _setting_groups(methods: list[str], covered: dict[str, list[str]]) -> list[tuple[list[str], list[str]]]:
+    """``[(settings, methods compared over exactly those settings)]`` for the IQM aggregate.
+
+    Candidates: the settings every method ran, and each method's own settings; a group compares every
+    method that ran all of its settings. Groups comparing a single method are dropped unless nothing
+    else is left; the widest groups come first.
+    """
+    sets = []
+    common = [s for s in next(iter(covered.values()), []) if all(s in covered[m] for m in covered)]
+    for cand in [common, *covered.values()]:
+        if cand and cand not in sets:
+            sets.append(cand)
+    groups = [(s, [m for m in methods if m in covered and all(x in covered[m] for x in s)]) for s in sets]
+    multi = [g for g in groups if len(g[1]) > 1]
+    groups = multi or groups[:1]
+    return sorted(groups, key=lambda g: (-len(g[0]), -len(g[1])))
+
+
+def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    metrics = [m for m in preset.metrics if m["type"] == "final"] or [
+        {"id": "final_error", "type": "final", "key": preset.data.get("curves", ["error"])[0]}]
+    methods = [m["name"] for m in preset.methods]
+    setting_order = [s["name"] for s in preset.settings]
+    md = ["## Aggregate (IQM)\n",
+          "Interquartile mean of the per-seed final values with a 95% stratified-bootstrap interval (2000 "
+          "replicates resampling seeds within each setting). As rliable recommends, each column pools the same "
+          "settings for every method it compares; a method that did not run all of a column's settings reads "
+          "n/a there.\n"]
+    for metric in metrics:
+        key = metric.get("key", "error")
+        scores: dict[str, dict[str, np.ndarray]] = {}
+        for (method, setting), cell in cells.items():
+            if cell.rows:
+                _, mat = cell.matrix(key)
+                if mat.size:
+                    scores.setdefault(method, {})[setting] = M.final_value(mat) * float(metric.get("scale", 1.0))
+        covered = {m: [s for s in setting_order if s in scores[m]] for m in methods if m in scores}
+        if not covered:
+            continue
+        groups = _setting_groups(methods, covered)
+        heads = []
+        for settings, _ in groups:
+            heads.append(f"over {settings[0]}" if len(settings) == 1 else
+                         f"over {len(settings)} settings" + ("" if len(settings) == len(setting_order) else
+                                                             f" ({', '.join(settings)})"))
+        md.append(f"### IQM {_metric_label(metric)[0].lower() + _metric_label(metric)[1:]}\n")
+        md.append("| Method | " + " | ".join(heads) + " |")
+        md.append("|---|" + "---|" * len(groups))
+        for method in methods:
+            if method not in covered:
+                continue
+            texts = []
+            for settings, members in groups:
+                if method not in members:
+                    texts.append("n/a")
+                    continue
+                point, lo, hi = M.stratified_bootstrap_ci({s: scores[method][s] for s in settings})
+                texts.append(f"{point:.3g} [{lo:.3g}, {hi:.3g}]")
+            md.append(f"| {method} | " + " | ".join(texts) + " |")
+        md.append("")
+    return md
+
+
+def _diagnostics(preset: Preset, cells: dict[tuple[str, str], Cell], present: set[str]) -> list[str]:
+    diag = [k for k in DIAGNOSTIC_KEYS if k in present]
+    if not diag:
+        return []
+    groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
     for setting in preset.settings:
         for method in preset.setting_methods(setting):
             cell = cells[(method["name"], setting["name"])]
-            row: list[Any] = [preset.name, method["name"], setting["name"], len(cell.rows), len(cell.failed)]
-            for metric in preset.metrics:
-                v, se, _ = values[(metric["id"], method["name"], setting["name"])]
-                paper = _paper(preset, metric["id"], method["name"], setting["name"])
-                agree = None if (v is not None and not math.isfinite(v)) else M.paper_agrees(
-                    v, se, paper, metric.get("paper_dash", "never"))
-                row += ["never" if v is None else v, se, "" if paper is None else paper,
-                        "" if agree is None else agree]
-            writer.writerow(row)
-    written["summary.csv"] = atomic_write_text(out / "summary.csv", buf.getvalue())
+            if cell.rows:
+                keys = tuple(k for k in diag if k in cell.keys())
+                if keys:
+                    groups.setdefault(keys, []).append((method["name"], setting["name"]))
+    md = ["## Diagnostics\n", "Seed mean at the first logged step → the last; one table per set of logged "
+          "diagnostics, n/a where a method does not log one.\n"]
+    for keys, members in groups.items():
+        columns = [k for k in diag if k in keys or any(k in cells[m].keys() for m in members)]
+        md.append("| Method | Setting | " + " | ".join(f"`{k}`" for k in columns) + " |")
+        md.append("|---|---|" + "---|" * len(columns))
+        for method, setting in members:
+            parts = []
+            for key in columns:
+                _, mat = cells[(method, setting)].matrix(key)
+                mean = M.seed_mean_curve(mat) if mat.size else np.array([])
+                ok = mean[~np.isnan(mean)] if mean.size else mean
+                parts.append(f"{ok[0]:.3g} → {ok[-1]:.3g}" if ok.size else "n/a")
+            md.append(f"| {method} | {setting} | " + " | ".join(parts) + " |")
+        md.append("")
+    return md
 
-    # report.md
-    md: list[str] = []
+
+def _setup(preset: Preset, manifest: dict[str, Any], cells: dict[tuple[str, str], Cell], n_seeds: int,
+           from_jsonl: int) -> list[str]:
     invocations = manifest.get("invocations", [])
-    total_run_s = sum(float(rec_s) for rec_s in _run_walls(preset, out, n_seeds))
-    md.append(f"# tpo-gym benchmark: `{preset.name}`\n")
-    md.append(f"{preset.data['description']}  \nPaper reference: {preset.data['paper_ref']}\n")
     bench_env = invocations[-1] if invocations else {}
-    md.append("| | |\n|---|---|")
+    md = ["## Setup\n", "| | |", "|---|---|"]
     for name, ver in (bench_env.get("versions") or package_versions()).items():
         md.append(f"| {name} | {ver} |")
     commits = sorted({i["git_commit"] for i in invocations if i.get("git_commit")})
@@ -255,101 +836,104 @@ def build_report(out: str | Path) -> dict[str, Path]:
         md.append(f"| wall time (last invocation) | {last['wall_s']:.1f} s ({last['executed']} runs executed, "
                   f"{last['skipped']} resumed, {last['failed']} failed) |")
         md.append(f"| wall time (all invocations) | {sum(i['wall_s'] for i in invocations):.1f} s |")
-    md.append(f"| compute time (sum over runs) | {total_run_s:.1f} s |")
+    walls = [w for c in cells.values() for w in c.walls]
+    n_ok = sum(len(c.rows) for c in cells.values())
+    if walls:
+        md.append(f"| compute time (sum over runs) | {sum(walls):.1f} s"
+                  + (f" ({n_ok - len(walls)} runs without a stored time)" if len(walls) < n_ok else "") + " |")
+    elif n_ok:
+        md.append("| compute time (sum over runs) | not stored |")
+    if from_jsonl:
+        md.append(f"| run source | {from_jsonl} runs rebuilt from `results.jsonl` (no per-run record in `runs/`) |")
     md.append("")
-    md.append("Cells: **ours ± s.e. (paper)**. s.e. of a final value = std(ddof=1)/sqrt(n) over seeds; "
-              "s.e. of steps-to-threshold = bootstrap s.e. (200 resamples of seeds) of the step at which the "
-              f"seed-mean curve first drops below the threshold. {_FLAG} = outside 2 s.e. of the paper's value. "
-              "`never` = threshold not reached within the budget; paper `-` = "
-              "never reached (steps) or above the stated bound (error).\n")
-    for table in preset.tables():
-        settings = table.get("settings") or [s["name"] for s in preset.settings]
-        methods = table.get("methods") or [m["name"] for m in preset.methods]
+    return md
+
+
+def build_report(out: str | Path) -> dict[str, Path]:
+    """Rebuild every report file of ``out`` from its manifest and stored runs.
+
+    :return: ``{name: path}`` of the files written.
+    :raises FileNotFoundError: ``out`` has no ``manifest.json`` (nothing was benchmarked there).
+    :raises NoStoredRuns: ``out`` has a report but none of its runs is stored (nothing to rebuild it from;
+        the report is left as it is).
+    """
+    out = Path(out)
+    manifest_path = out / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
+    manifest = read_json(manifest_path)
+    validate_preset(manifest["preset"], source=str(manifest_path))
+    run_preset = Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
+    preset, full_methods, drift = _presentation(run_preset)
+    n_seeds = int(manifest["seeds"])
+    records, from_jsonl = _load_runs(preset, out, n_seeds)
+    if not records and (out / "report.md").is_file():
+        raise NoStoredRuns(f"{out} holds no stored run (runs/*.json or results.jsonl) of its preset: nothing to "
+                           "rebuild the report from; it is left as it is")
+    cells = _collect(preset, records, n_seeds)
+    written: dict[str, Path] = {}
+
+    lines = []
+    for spec in preset.runs(n_seeds):
+        rec = records.get(spec.run_id)
+        if rec is None or rec.get("status") != "ok":
+            continue
+        for row in rec["rows"]:
+            lines.append(json.dumps({"run_id": spec.run_id, "method": spec.method, "setting": spec.setting,
+                                     "seed": spec.seed, "config_hash": spec.config_hash, **row}))
+    written["results.jsonl"] = atomic_write_text(out / "results.jsonl", "\n".join(lines) + ("\n" if lines else ""))
+
+    figures = _figures(preset, cells, out, n_seeds)
+    for fig in figures:
+        written[fig.name] = out / fig.name
+    for stale in out.glob("curves_*.png"):  # figures of an earlier layout of this report
+        if stale.name not in written:
+            stale.unlink()
+
+    values: dict[tuple[str, str, str], C.Stat] = {}
+    for (method, setting), cell in cells.items():
         for metric in preset.metrics:
-            unit = metric.get("unit", "")
-            desc = (f"steps to {metric.get('key', 'error')} < {metric['threshold']}"
-                    if metric["type"] == "steps_to_threshold"
-                    else f"final {metric.get('key', 'error')}{' (' + unit + ')' if unit else ''}")
-            md.append(f"## {table['title']} — {desc}\n")
-            md.append("| Method | " + " | ".join(settings) + " |")
-            md.append("|---|" + "---|" * len(settings))
-            for method in methods:
-                cells_txt = []
-                for setting in settings:
-                    cell = cells.get((method, setting))
-                    if cell is None:
-                        cells_txt.append("")
-                        continue
-                    v, se, _ = values[(metric["id"], method, setting)]
-                    paper = _paper(preset, metric["id"], method, setting)
-                    txt = _fmt(v, metric) + ("" if v is None else _fmt_se(se, metric))
-                    if paper is not None:
-                        txt += f" ({paper})"
-                        agree = None if (v is not None and not math.isfinite(v)) else M.paper_agrees(
-                            v, se, paper, metric.get("paper_dash", "never"))
-                        if agree is False:
-                            txt += f" {_FLAG}"
-                            n_flags += 1
-                    if cell.failed:
-                        txt += f" [{len(cell.failed)} failed]"
-                    if len(cell.rows) < n_seeds:
-                        txt += f" [n={len(cell.rows)}]"
-                    cells_txt.append(txt)
-                md.append(f"| {method} | " + " | ".join(cells_txt) + " |")
-            md.append("")
-    md.append(f"{n_flags} cell(s) differ from the paper by more than 2 s.e.\n")
+            values[(metric["id"], method, setting)] = _metric_value(cell, metric)
 
-    claims = preset.data.get("paper_claims", [])
-    if claims:
-        md.append("## The paper's claims for this experiment\n")
-        md.extend(f"- {c}" for c in claims)
-        md.append("")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    header = ["preset", "method", "setting", "n_ok", "n_failed"]
+    for metric in preset.metrics:
+        header += [metric["id"], f"{metric['id']}_se", f"{metric['id']}_paper", f"{metric['id']}_within_2se"]
+    writer.writerow(header)
+    for setting in preset.settings:
+        for method in preset.setting_methods(setting):
+            cell = cells[(method["name"], setting["name"])]
+            row: list[Any] = [preset.name, method["name"], setting["name"], len(cell.rows), len(cell.failed)]
+            for metric in preset.metrics:
+                stat = values[(metric["id"], method["name"], setting["name"])]
+                paper = _paper(preset, metric["id"], method["name"], setting["name"])
+                agree = M.paper_agrees(stat.value, stat.se, paper, metric.get("paper_dash", "never")) \
+                    if stat.has_data else None
+                row += ["never" if stat.value is None else stat.value, stat.se, "" if paper is None else paper,
+                        "" if agree is None else agree]
+            writer.writerow(row)
+    written["summary.csv"] = atomic_write_text(out / "summary.csv", buf.getvalue())
 
-    md.append("## Aggregate: IQM with stratified bootstrap 95% interval\n")
-    md.append("Interquartile mean of the per-seed final values, pooled over the settings each method ran "
-              "(rliable: 2000 replicates resampling seeds within each setting).\n")
-    iqm_metrics = [m for m in preset.metrics if m["type"] == "final"] or [
-        {"id": "final_error", "type": "final", "key": preset.data.get("curves", ["error"])[0]}]
-    for metric in iqm_metrics:
-        unit = f" ({metric['unit']})" if metric.get("unit") else ""
-        md.append(f"| Method | IQM final {metric.get('key', 'error')}{unit} | 95% CI | settings |")
-        md.append("|---|---|---|---|")
-        for method in [m["name"] for m in preset.methods]:
-            scores = {}
-            for (meth, setting), cell in cells.items():
-                if meth == method and cell.rows:
-                    _, mat = cell.matrix(metric.get("key", "error"))
-                    scores[setting] = M.final_value(mat) * float(metric.get("scale", 1.0))
-            if not scores:
-                continue
-            point, lo, hi = M.stratified_bootstrap_ci(scores)
-            md.append(f"| {method} | {point:.4g} | [{lo:.4g}, {hi:.4g}] | {len(scores)} |")
-        md.append("")
-
-    diag = [k for k in DIAGNOSTIC_KEYS if k in present]
-    if diag:
-        md.append("## Diagnostics (seed mean: first logged step → last logged step)\n")
-        md.append("| Method | Setting | " + " | ".join(diag) + " |")
-        md.append("|---|---|" + "---|" * len(diag))
-        for setting in preset.settings:
-            for method in preset.setting_methods(setting):
-                cell = cells[(method["name"], setting["name"])]
-                if not cell.rows:
-                    continue
-                parts = []
-                for key in diag:
-                    _, mat = cell.matrix(key)
-                    mean = M.seed_mean_curve(mat) if mat.size else np.array([])
-                    ok = mean[~np.isnan(mean)] if mean.size else mean
-                    parts.append(f"{ok[0]:.3g} → {ok[-1]:.3g}" if ok.size else "")
-                md.append(f"| {method['name']} | {setting['name']} | " + " | ".join(parts) + " |")
-        md.append("")
-
-    if pngs:
-        md.append("## Learning curves\n")
-        for key, name in pngs:
-            md.append(f"![{key}]({name})\n")
-
+    present = set().union(*(c.keys() for c in cells.values())) if cells else set()
+    md = [f"# {preset.name}: benchmark report\n",
+          f"{preset.data['description']}  \nPaper: {preset.data['paper_ref']}\n"]
+    if drift:
+        md.append(drift + "\n")
+    md += _setup(preset, manifest, cells, n_seeds, from_jsonl)
+    md += _terms(preset, present)
+    md += _results(preset, cells, values, n_seeds)
+    md += _claims(preset, full_methods, cells, values)
+    notes = preset.data.get("notes", [])
+    if notes:
+        md += ["## Notes\n", *[f"- {n}" for n in notes], ""]
+    md += _aggregate(preset, cells)
+    md += _diagnostics(preset, cells, present)
+    if figures:
+        md.append("## Figures\n")
+        for fig in figures:
+            md += [f"### {fig.title[0].upper() + fig.title[1:]}\n", f"![{fig.title}]({fig.name})\n",
+                   f"*{fig.caption}*\n"]
     failures = [rec for cell in cells.values() for rec in cell.failed]
     missing = sum(n_seeds - len(c.rows) - len(c.failed) for c in cells.values())
     if failures or missing:
@@ -361,12 +945,3 @@ def build_report(out: str | Path) -> dict[str, Path]:
         md.append("")
     written["report.md"] = atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     return written
-
-
-def _run_walls(preset: Preset, out: Path, n_seeds: int) -> list[float]:
-    walls = []
-    for spec in preset.runs(n_seeds):
-        rec = load_record(out, spec)
-        if rec is not None and isinstance(rec.get("wall_s"), int | float) and math.isfinite(rec["wall_s"]):
-            walls.append(rec["wall_s"])
-    return walls

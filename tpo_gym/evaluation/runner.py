@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tpo_gym.evaluation._io import atomic_write_json, read_json
+from tpo_gym.evaluation._io import atomic_write_json, make_dirs, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_run
 from tpo_gym.evaluation.presets import Preset, RunSpec
@@ -152,7 +152,7 @@ def bench(
     if backend == "ray":
         require_ray()
     out = Path(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    make_dirs(out / "runs")
     manifest_path = out / "manifest.json"
     manifest = read_json(manifest_path) if manifest_path.is_file() else {"invocations": []}
     manifest.update(preset=preset.data, preset_source=preset.source, seeds=n_seeds,

@@ -1,4 +1,4 @@
-r"""Tabular bandit experiments of SPEC section 3 (paper figures 3 and 4).
+r"""Tabular bandit experiments of docs/method.md section 3 (paper figures 3 and 4).
 
 Both experiments move a logit table directly with *normalised* steps,
 
@@ -77,7 +77,7 @@ def single_context_bandit(
     step_size: float = 0.1,
     eta: float = 1.0,
 ) -> list[dict]:
-    r"""Single-context bandit with one correct arm (SPEC 3; paper figure 3).
+    r"""Single-context bandit with one correct arm (docs/method.md section 3; paper figure 3).
 
     Zero-initialised logits over ``n_arms`` arms; each step samples ``batch_size`` actions from
     :math:`\pi = \mathrm{softmax}(\ell)`, rewards :math:`r = 1\{a = y^*\}`, takes the method's
@@ -119,7 +119,7 @@ def single_context_bandit(
 
 
 def _population_coefficient(method: str, lam: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Per-context coefficient c(p) on (e_y - pi_n) of each method's expected update (SPEC 3)."""
+    """Per-context coefficient c(p) on (e_y - pi_n) of each method's expected update (docs/method.md section 3)."""
     if method == "ce":
         return lambda p: torch.ones_like(p)
     if method == "dg":
@@ -138,7 +138,7 @@ def multi_context_bandit(
     step_size: float = 0.1,
     lam: float = 28.0,
 ) -> list[dict]:
-    r"""Multi-context bandit with exact population updates (SPEC 3; paper figure 4).
+    r"""Multi-context bandit with exact population updates (docs/method.md section 3; paper figure 4).
 
     Logits :math:`\ell_n \sim \mathcal N(0, I)` for ``n_contexts`` contexts of ``n_arms`` arms,
     correct arm :math:`y_n` uniform. Each method's expected update on context n is

@@ -1,0 +1,182 @@
+"""The command line: help, bad --out, preset listing with cost estimates, case-insensitive selections."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.evaluation.conftest import write_preset
+from tpo_gym.evaluation import cli
+from tpo_gym.evaluation import cost as K
+from tpo_gym.evaluation.presets import available_presets, load_preset
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{err}"
+    assert "Traceback" not in err and "usage:" not in err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# help
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bare_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, [])
+    assert code == 0 and "usage: tpo-gym" in out
+    for command in ("presets", "bench", "report"):
+        assert command in out
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["report", "--help"], ["presets", "--help"]])
+def test_help_has_no_docstring_markup(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, _ = _run(capsys, argv)
+    assert code == 0 and out
+    for markup in ("``", ":param", ":raises", ":return", "::"):
+        assert markup not in out, f"{markup!r} in the help of {argv}"
+
+
+# ---------------------------------------------------------------------------------------------
+# --out errors: one line, no traceback
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_preset(tmp_path: Path, tiny_preset_data: dict) -> Path:
+    tiny_preset_data["settings"], tiny_preset_data["paper"] = tiny_preset_data["settings"][:1], {}
+    tiny_preset_data["methods"] = tiny_preset_data["methods"][:1]
+    return write_preset(tmp_path, tiny_preset_data)
+
+
+def test_out_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, small_preset: Path) -> None:
+    target = tmp_path / "a_file"
+    target.write_text("x")
+    code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--out", str(target), "--no-progress"])
+    assert code == 2 and "not a directory" in _one_line_error(err)
+    code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--out", str(target / "sub"),
+                                 "--no-progress"])
+    assert code == 2 and "is a file, not a directory" in _one_line_error(err)
+
+
+def test_out_that_is_not_writable(capsys: pytest.CaptureFixture[str], tmp_path: Path, small_preset: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if os.geteuid() != 0:  # a real read-only directory where permissions apply
+        locked.chmod(0o500)
+    else:  # root writes anywhere: make the probe write fail as it would for anyone else
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+    try:
+        code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--out", str(locked / "out"),
+                                     "--no-progress"])
+    finally:
+        locked.chmod(0o700)
+    line = _one_line_error(err)
+    assert code == 2 and "not writable" in line and "Permission denied" in line
+
+
+def test_report_of_a_file_or_an_empty_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "a_file"
+    target.write_text("x")
+    code, _, err = _run(capsys, ["report", str(target)])
+    assert code == 2 and "is not a directory" in _one_line_error(err)
+    code, _, err = _run(capsys, ["report", str(tmp_path)])
+    assert code == 2 and "no manifest.json" in _one_line_error(err)
+
+
+# ---------------------------------------------------------------------------------------------
+# preset selections: bench usage on errors, any case
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_method_prints_the_bench_usage_and_suggests(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, ["bench", "--preset", "table3", "--methods", "TPO,PPOO", "--list"])
+    assert code == 2 and "usage: tpo-gym bench" in err
+    assert "no method 'PPOO'" in err and "Did you mean: PPO" in err
+
+
+def test_method_and_setting_names_are_case_insensitive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = _run(capsys, ["bench", "--preset", "table3", "--settings", "p h=7", "--methods",
+                                 "tpo,grpo (no kl),ppo", "--seeds", "3", "--list", "--out", str(tmp_path / "o")])
+    assert code == 0
+    assert "P H=7" in out and "TPO, GRPO (no KL), PPO" in out and "runs:    9 " in out
+    assert not (tmp_path / "o").exists(), "--list runs nothing and writes nothing"
+
+
+# ---------------------------------------------------------------------------------------------
+# what a preset holds, and its estimated cost
+# ---------------------------------------------------------------------------------------------
+
+
+def test_presets_lists_every_preset_with_runs_and_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, ["presets"])
+    assert code == 0
+    for name in available_presets():
+        preset = load_preset(name)
+        row = next(line for line in out.splitlines() if line.startswith(name + " "))
+        cells = row.split()
+        assert cells[1:5] == [str(len(preset.settings)), str(len(preset.methods)), str(preset.seeds),
+                              str(len(preset.runs()))], row
+    assert "est. compute" in out and "measured" in out
+
+
+def test_presets_name_shows_settings_methods_seeds_runs_and_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, ["presets", "quick", "--seeds", "2", "--workers", "2"])
+    assert code == 0
+    assert "seeds:   2 (0..1); the preset default is 3" in out and "runs:    20 " in out
+    for setting in ("single-context bandit", "multi-context bandit", "rev. copy V=2 H=5"):
+        assert setting in out
+    assert "TPO, GRPO, PPO, DG" in out and "estimated cost:" in out and "--workers 2" in out
+    code, _, err = _run(capsys, ["presets", "tabel1"])
+    assert code == 2 and "Did you mean: table1" in err
+
+
+def test_cost_estimate_matches_the_measured_reports() -> None:
+    """The constants reproduce the committed reports' compute times within a factor of 2."""
+    measured = {"quick": (None, 70.7), "tabular-single": (None, 33.4), "tabular-multi": (None, 70.4)}
+    for name, (seeds, seconds) in measured.items():
+        estimate = K.estimate_preset(load_preset(name), seeds).compute_s
+        assert seconds / 2 < estimate < seconds * 2, (name, estimate, seconds)
+    table1 = load_preset("table1").subset(["V=2", "V=4"])
+    assert 5083.2 / 2 < K.estimate_preset(table1, 5).compute_s < 5083.2 * 2
+    table3 = load_preset("table3").subset(["P H=7"], ["TPO", "GRPO", "PPO"])
+    assert 6856.8 / 2 < K.estimate_preset(table3, 3).compute_s < 6856.8 * 2
+
+
+def test_cost_work_model_counts_rollouts_and_epochs() -> None:
+    table3 = load_preset("table3")
+    runs = {(r.setting, r.method): r for r in table3.runs(1)}
+    # sequence-level TPO: B*K rollouts of H tokens, 1 + 4 epochs; PPO prompt-matched: B rollouts
+    assert K.run_units(runs[("P H=7", "TPO")]) == 2000 * 800 * 7 * 5
+    assert K.run_units(runs[("P H=7", "PPO")]) == 2000 * 100 * 7 * 5
+    assert K.run_units(runs[("I H=7", "PPO")]) == 2000 * 800 * 7 * 5  # interaction-matched
+    assert K.run_units(runs[("P H=7", "DG")]) == 2000 * 100 * 7 * 2  # one epoch
+    est = K.estimate_preset(table3, 1)
+    assert est.wall_s(1) == pytest.approx(est.compute_s) and est.wall_s(1000) == pytest.approx(est.longest_s)
+    assert K.format_seconds(42) == "42 s" and K.format_seconds(3600 * 3) == "3.0 h"
+
+
+def test_presets_listing_reads_only(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert _run(capsys, ["presets"])[0] == 0 and _run(capsys, ["bench", "--list"])[0] == 0
+    assert os.listdir(tmp_path) == []
+    preset = json.loads(available_presets()["quick"].read_text())
+    assert preset["name"] == "quick"

@@ -1,0 +1,380 @@
+"""The report: zero-safe scales, one colour per method, claim checks, n/a cells, IQM groups, file modes,
+rebuilding from results.jsonl."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.evaluation.conftest import write_preset
+from tpo_gym.evaluation import claims as C
+from tpo_gym.evaluation import report as R
+from tpo_gym.evaluation._io import atomic_write_text, current_umask, make_dirs
+from tpo_gym.evaluation.presets import PresetError, load_preset, validate_preset
+from tpo_gym.evaluation.report import NoStoredRuns, build_report, method_colors, zero_safe_scale
+from tpo_gym.evaluation.runner import bench
+
+# ---------------------------------------------------------------------------------------------
+# zero-safe scale
+# ---------------------------------------------------------------------------------------------
+
+
+def test_zero_safe_scale_log_when_every_value_is_positive() -> None:
+    scale = zero_safe_scale([0.9, 0.1, 2e-3, np.nan])
+    assert scale.kind == "log" and scale.floor == pytest.approx(1e-3) and scale.note == "log"
+
+
+def test_zero_safe_scale_exact_zeros_give_symlog_at_the_resolution() -> None:
+    # a token error of 1 token in B*H*n = 100*5*3 tokens, and exact zeros: linear below 1e-4, zero drawn at 0
+    scale = zero_safe_scale([0.5, 0.01, 1 / 1500, 0.0, 0.0])
+    assert scale.kind == "symlog" and scale.linthresh == pytest.approx(1e-4) and scale.floor == 0.0
+    assert "linear below 1e-04" in scale.note
+
+
+def test_zero_safe_scale_caps_the_number_of_decades() -> None:
+    scale = zero_safe_scale([50.0, 1.0, 5.5e-20])
+    assert scale.kind == "symlog" and scale.linthresh == pytest.approx(100 / 10**R.MAX_DECADES)
+    tiny_negative = zero_safe_scale([0.7, 0.1, -7.4e-17])  # float rounding below 0
+    assert tiny_negative.kind == "symlog" and tiny_negative.floor is None
+
+
+def test_zero_safe_scale_linear_without_positive_values() -> None:
+    assert zero_safe_scale([0.0, -1.0]).kind == "linear"
+    assert zero_safe_scale([]).kind == "linear"
+
+
+# ---------------------------------------------------------------------------------------------
+# one colour per method
+# ---------------------------------------------------------------------------------------------
+
+#: DG runs in both settings, TPO only in the second: a per-panel colour cycle would colour DG differently.
+COLOUR_PRESET = {
+    "name": "colours", "description": "test-only preset: methods missing from some panels", "paper_ref": "none",
+    "seeds": 2,
+    "settings": [
+        {"name": "a", "kind": "tabular_single", "methods": ["DG"],
+         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
+        {"name": "b", "kind": "tabular_single",
+         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
+    ],
+    "methods": [{"name": "TPO", "algo": "TPO"}, {"name": "DG", "algo": "DG"}],
+    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"}],
+    "curves": ["error", "misalignment"], "log_y": True,
+}
+
+
+def test_method_colors_follow_the_preset_order() -> None:
+    colors = method_colors(["TPO", "GRPO", "PPO", "DG"])
+    assert colors == dict(zip(["TPO", "GRPO", "PPO", "DG"], R.PALETTE[:4], strict=True))
+    assert method_colors(["DG", "TPO"])["DG"] == R.PALETTE[0]
+    assert len(set(method_colors([f"m{i}" for i in range(10)]).values())) == 10
+
+
+def test_every_line_of_every_figure_has_its_methods_colour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.colors import to_hex
+
+    seen: list[tuple[str, str, str]] = []
+    original = R._save
+
+    def spy(fig, path, handles, labels, title):
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if line.get_gid():
+                    seen.append((path.name, line.get_gid(), to_hex(line.get_color())))
+        original(fig, path, handles, labels, title)
+
+    monkeypatch.setattr(R, "_save", spy)
+    out = tmp_path / "out"
+    bench(load_preset(str(write_preset(tmp_path, COLOUR_PRESET))), out, progress=False)
+    build_report(out)
+    colors = method_colors(["TPO", "DG"])
+    figures = {name for name, _, _ in seen}
+    assert {"curves_error.png", "curves_misalignment.png", "curves_grad_norm.png"} <= figures
+    assert {(gid, c) for _, gid, c in seen} == {("TPO", colors["TPO"]), ("DG", colors["DG"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# claims
+# ---------------------------------------------------------------------------------------------
+
+METRICS = [{"id": "steps", "type": "steps_to_threshold", "key": "error", "threshold": 0.01},
+           {"id": "final", "type": "final", "key": "error", "scale": 100, "unit": "%"}]
+RAN = {"H=5": ["TPO", "GRPO", "PPO", "DG"], "bandit": ["TPO", "GRPO", "DG"]}
+VALUES = {("steps", "TPO", "H=5"): C.Stat(49, 2), ("steps", "GRPO", "H=5"): C.Stat(47, 2),
+          ("steps", "PPO", "H=5"): C.Stat(47, 2), ("steps", "DG", "H=5"): C.Stat(None),
+          ("steps", "TPO", "bandit"): C.Stat(100, 1), ("steps", "GRPO", "bandit"): C.Stat(104, 1),
+          ("steps", "DG", "bandit"): C.Stat(99, 2),
+          ("final", "TPO", "H=5"): C.Stat(0.07, 0.07), ("final", "GRPO", "H=5"): C.Stat(0.0, 0.0),
+          ("final", "PPO", "H=5"): C.Stat(0.0, 0.0), ("final", "DG", "H=5"): C.Stat(28.4, 1.0),
+          ("final", "TPO", "bandit"): C.Stat(0.008, 0.0005), ("final", "GRPO", "bandit"): C.Stat(0.25, 0.01),
+          ("final", "DG", "bandit"): C.Stat(0.18, 0.03)}
+
+
+def _verdict(checks: list[dict], paper=lambda *_: None) -> C.Verdict:
+    return C.evaluate_claim({"text": "t", "checks": checks}, METRICS, RAN,
+                            lambda metric, m, s: VALUES.get((metric["id"], m, s)) if m in RAN.get(s, []) else None,
+                            R._fmt_stat, paper)
+
+
+def test_claim_best_fails_with_the_numbers_that_refute_it() -> None:
+    verdict = _verdict([{"test": "best", "metric": "steps", "method": "TPO", "settings": ["H=5"]}])
+    assert verdict.status == C.FAILS
+    assert "GRPO 47 ± 2, PPO 47 ± 2, TPO 49 ± 2, DG never" in verdict.evidence[0]
+
+
+def test_claim_best_of_several_methods_and_among() -> None:
+    assert _verdict([{"test": "best", "metric": "steps", "methods": ["TPO", "DG"],
+                      "settings": ["bandit"]}]).status == C.HOLDS
+    # among restricts the comparison: TPO beats DG on steps in H=5 (never ranks last)
+    assert _verdict([{"test": "best", "metric": "steps", "method": "TPO", "among": ["DG"],
+                      "settings": ["H=5"]}]).status == C.HOLDS
+
+
+def test_claim_worst_order_bounds_and_never() -> None:
+    assert _verdict([{"test": "worst", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.HOLDS
+    assert _verdict([{"test": "order", "metric": "final", "methods": ["TPO", "DG", "GRPO"],
+                      "settings": ["bandit"]}]).status == C.HOLDS
+    assert _verdict([{"test": "order", "metric": "final", "methods": ["GRPO", "TPO"],
+                      "settings": ["bandit"]}]).status == C.FAILS
+    assert _verdict([{"test": "below", "metric": "final", "methods": ["TPO", "GRPO"], "value": 1}]).status == C.HOLDS
+    assert _verdict([{"test": "above", "metric": "final", "method": "DG", "value": 1}]).status == C.FAILS
+    assert _verdict([{"test": "never", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.HOLDS
+    assert _verdict([{"test": "never", "metric": "steps", "method": "DG"}]).status == C.FAILS  # reached in bandit
+    assert _verdict([{"test": "never", "metric": "steps", "method": "TPO"}]).status == C.FAILS
+
+
+def test_claim_ties_count_as_holding() -> None:
+    assert _verdict([{"test": "best", "metric": "final", "methods": ["GRPO"], "settings": ["H=5"]}]).status == C.HOLDS
+
+
+def test_claim_paper_and_worst_setting() -> None:
+    def paper(mid, m, s):
+        return {("final", "DG", "H=5"): 28.0, ("final", "TPO", "H=5"): 5.0}.get((mid, m, s))
+
+    dg = _verdict([{"test": "paper", "metric": "final", "method": "DG", "settings": ["H=5"]}], paper)
+    assert dg.status == C.HOLDS and "(paper 28.0)" in dg.evidence[0]
+    assert _verdict([{"test": "paper", "metric": "final", "method": "TPO", "settings": ["H=5"]}], paper).status \
+        == C.FAILS
+    assert _verdict([{"test": "worst_setting", "metric": "steps", "method": "TPO", "setting": "bandit"}]).status \
+        == C.HOLDS
+
+
+def test_claim_not_tested_when_its_settings_did_not_run() -> None:
+    verdict = _verdict([{"test": "best", "metric": "steps", "method": "TPO", "settings": ["V=16"]}])
+    assert verdict.status == C.UNTESTED and "V=16" in verdict.evidence[0]
+    partly = _verdict([{"test": "best", "metric": "final", "method": "TPO", "settings": ["bandit", "V=16"]}])
+    assert partly.status == C.PARTLY
+    assert C.evaluate_claim("a plain sentence", METRICS, RAN, lambda *_: None, R._fmt_stat).status == C.UNTESTED
+
+
+def test_mentioned_methods_reads_whole_names_longest_first() -> None:
+    names = ["TPO", "TPO-no-anchor", "PG", "Group PG", "GRPO", "GRPO (no KL)", "CE"]
+    assert C.mentioned_methods("GRPO and PG plateau higher", names) == {"GRPO", "PG"}
+    assert C.mentioned_methods("Group PG and TPO-no-anchor", names) == {"Group PG", "TPO-no-anchor"}
+    assert C.mentioned_methods("TPO_token is fastest; CEs", names) == set()
+
+
+def test_claim_checks_are_validated() -> None:
+    data = json.loads(json.dumps(COLOUR_PRESET))
+    data["paper_claims"] = [{"text": "x", "checks": [{"test": "best", "metric": "final_error", "method": "PPO"}]}]
+    with pytest.raises(PresetError, match="unknown methods"):
+        validate_preset(data)
+    data["paper_claims"] = [{"text": "x", "checks": [{"test": "fastest", "metric": "final_error", "method": "TPO"}]}]
+    with pytest.raises(PresetError, match="test must be one of"):
+        validate_preset(data)
+    data["paper_claims"] = [{"text": "x", "checks": [{"test": "below", "metric": "final_error", "method": "TPO"}]}]
+    with pytest.raises(PresetError, match="numeric 'value'"):
+        validate_preset(data)
+
+
+def test_packaged_claims_name_only_methods_of_their_preset() -> None:
+    from tpo_gym.evaluation.presets import available_presets
+
+    everyone = sorted({m["name"] for n in available_presets() for m in load_preset(n).methods}
+                      | {"PG", "CE", "TPO_token", "GRPO_token", "REINFORCE"})
+    for name in available_presets():
+        preset = load_preset(name)
+        own = {m["name"] for m in preset.methods}
+        for claim in preset.data.get("paper_claims", []):
+            assert isinstance(claim, dict) and claim.get("checks"), f"{name}: every claim has a check"
+            named = C.mentioned_methods(claim["text"], everyone)
+            assert named <= own, f"{name}: claim {claim['text']!r} names {named - own}, which the preset does not run"
+
+
+# ---------------------------------------------------------------------------------------------
+# report text
+# ---------------------------------------------------------------------------------------------
+
+CLAIMS_PRESET = {
+    "name": "claims", "description": "test-only preset: no paper numbers, one claim per verdict",
+    "paper_ref": "none", "seeds": 2,
+    "settings": [
+        {"name": "bandit", "kind": "tabular_single",
+         "params": {"n_arms": 10, "batch_size": 20, "steps": 20, "step_size": 0.5}},
+        {"name": "multi", "kind": "tabular_multi", "methods": ["TPO"],
+         "params": {"n_contexts": 5, "n_arms": 4, "steps": 20, "step_size": 0.5}},
+    ],
+    "methods": [{"name": "TPO", "algo": "TPO"}, {"name": "DG", "algo": "DG"}, {"name": "PG", "algo": "REINFORCE"}],
+    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"},
+                {"id": "steps_to_1pct", "type": "steps_to_threshold", "key": "error", "threshold": 0.01}],
+    "paper": {},
+    "paper_claims": [
+        {"text": "TPO beats DG.", "checks": [{"test": "best", "metric": "final_error", "method": "TPO",
+                                              "among": ["DG"], "settings": ["bandit"]}]},
+        {"text": "DG beats TPO.", "checks": [{"test": "best", "metric": "final_error", "method": "DG",
+                                              "among": ["TPO"], "settings": ["bandit"]}]},
+        {"text": "PG plateaus.", "checks": [{"test": "above", "metric": "final_error", "method": "PG", "value": 0}]},
+    ],
+    "notes": ["a note of the preset"],
+    "curves": ["error"], "log_y": True,
+}
+
+
+@pytest.fixture(scope="module")
+def claims_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("claims")
+    out = root / "out"
+    bench(load_preset(str(write_preset(root, CLAIMS_PRESET))), out, progress=False)
+    build_report(out)
+    return out
+
+
+def test_report_without_paper_numbers_says_nothing_was_compared(claims_report: Path) -> None:
+    text = (claims_report / "report.md").read_text()
+    assert "Nothing was compared with the paper" in text
+    assert "cell(s) differ" not in text and "⚠" not in text.split("## Results")[1].split("## Claims")[0]
+
+
+def test_report_checks_each_claim_with_numbers(claims_report: Path) -> None:
+    text = (claims_report / "report.md").read_text()
+    section = text.split("## Claims")[1].split("\n## ")[0]
+    statuses = [line.split("**")[1] for line in section.splitlines() if line.startswith("- **")]
+    assert sorted(statuses[:2]) == [C.FAILS, C.HOLDS] and statuses[2] == C.HOLDS
+    assert "bandit: " in section and "TPO " in section and "DG " in section and "± " in section
+    assert "## Notes" in text and "a note of the preset" in text
+
+
+def test_cells_of_methods_a_setting_does_not_run_read_na(claims_report: Path) -> None:
+    text = (claims_report / "report.md").read_text()
+    table = text.split("### Final error (%)")[1].split("\n\n")[1]
+    dg_row = next(line for line in table.splitlines() if line.startswith("| DG |"))
+    assert dg_row.rstrip().endswith("| n/a |")
+
+
+def test_report_defines_its_terms_and_keeps_headings_short(claims_report: Path) -> None:
+    text = (claims_report / "report.md").read_text()
+    assert "## Terms" in text and "**step**" in text and "**error**" in text and "**misalignment**" in text
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert all(len(h) <= 70 for h in headings), headings
+
+
+def test_subset_report_omits_claims_about_methods_it_did_not_run(tmp_path: Path) -> None:
+    preset = load_preset(str(write_preset(tmp_path, CLAIMS_PRESET))).subset(None, ["tpo"])  # any case
+    out = tmp_path / "out"
+    bench(preset, out, seeds=1, progress=False)
+    build_report(out)
+    section = (out / "report.md").read_text().split("## Claims")[1].split("\n## ")[0]
+    assert "DG" not in section and "PG" not in section
+    assert "3 more claim(s) of the full preset concern methods or settings this run did not" in section
+
+
+def test_iqm_compares_methods_over_common_settings(claims_report: Path) -> None:
+    groups = R._setting_groups(["TPO", "DG", "PG"], {"TPO": ["bandit", "multi"], "DG": ["bandit"],
+                                                     "PG": ["bandit"]})
+    assert groups == [(["bandit"], ["TPO", "DG", "PG"])], "a column that compares one method is dropped"
+    text = (claims_report / "report.md").read_text()
+    iqm = text.split("## Aggregate (IQM)")[1].split("\n## ")[0]
+    assert "over bandit" in iqm and "over 2 settings" not in iqm
+    groups = R._setting_groups(["A", "B", "C"], {"A": ["s", "t"], "B": ["s", "t"], "C": ["t"]})
+    assert groups == [(["s", "t"], ["A", "B"]), (["t"], ["A", "B", "C"])]
+
+
+# ---------------------------------------------------------------------------------------------
+# figures of diagnostics (agents): weights in one panel, no duplicate plot, loss per method
+# ---------------------------------------------------------------------------------------------
+
+
+def test_fraction_plot_is_dropped_when_it_only_repeats_another() -> None:
+    cell = R.Cell("TPO", "s", rows=[[{"step": 0, "all_fail_fraction": 0.25, "any_success_fraction": 0.75}]])
+    assert R._complementary({("TPO", "s"): cell}, "any_success_fraction", "all_fail_fraction")
+    cell.rows[0].append({"step": 1, "all_fail_fraction": 0.25, "any_success_fraction": 0.5})
+    assert not R._complementary({("TPO", "s"): cell}, "any_success_fraction", "all_fail_fraction")
+
+
+def test_gaps_from_zero_variance_are_reported() -> None:
+    rows = [{"step": 0, "zero_variance_fraction": 0.5, "mean_q_winners": 0.3},
+            {"step": 1, "zero_variance_fraction": 1.0, "mean_q_winners": math.nan}]
+    cell = R.Cell("TPO", "s", rows=[rows])
+    assert R._gaps({("TPO", "s"): cell}, ("mean_q_winners",)) == ["TPO in s: 1 of 2 steps, first at step 1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# files: modes, stale figures, rebuilding from results.jsonl
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_written_files_respect_the_umask(tmp_path: Path, umask: int, file_mode: int, dir_mode: int) -> None:
+    old = os.umask(umask)
+    try:
+        path = atomic_write_text(tmp_path / "new" / "deeper" / "report.md", "hello\n")
+        made = make_dirs(tmp_path / "other")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == file_mode
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == dir_mode
+    assert stat.S_IMODE((tmp_path / "new" / "deeper").stat().st_mode) == dir_mode
+    assert stat.S_IMODE(made.stat().st_mode) == dir_mode
+
+
+def test_report_files_are_readable_by_others(claims_report: Path) -> None:
+    if current_umask() & 0o044:
+        pytest.skip("this process's umask removes read access for others")
+    for name in ("report.md", "summary.csv", "results.jsonl", "curves_error.png", "manifest.json"):
+        assert (claims_report / name).stat().st_mode & 0o044 == 0o044, name
+    assert any((claims_report / "runs").iterdir())
+    for path in (claims_report / "runs").iterdir():
+        assert path.stat().st_mode & 0o044 == 0o044
+
+
+def test_rebuild_from_results_jsonl_without_run_records(claims_report: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(claims_report, copy)
+    before = (copy / "summary.csv").read_text()
+    shutil.rmtree(copy / "runs")
+    (copy / "curves_old_layout.png").write_bytes(b"stale")
+    build_report(copy)
+    assert (copy / "summary.csv").read_text() == before
+    text = (copy / "report.md").read_text()
+    assert "rebuilt from `results.jsonl`" in text and "not stored" in text
+    assert not (copy / "curves_old_layout.png").exists(), "figures of an earlier layout are removed"
+    # rows whose configuration hash no longer matches are not used
+    rows = [json.loads(line) for line in (copy / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["config_hash"] = "0" * 16
+    (copy / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(NoStoredRuns, match="left as it is"):
+        build_report(copy)
+    assert "TPO" in (copy / "report.md").read_text(), "the existing report is kept"
+
+
+def test_report_text_comes_from_the_packaged_preset_when_the_runs_match(tmp_path: Path) -> None:
+    """Old runs get the current description, claims and notes; the runs themselves are the manifest's."""
+    out = tmp_path / "out"
+    bench(load_preset("tabular-single").subset(None, ["TPO", "DG"]), out, seeds=1, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["preset"]["paper_ref"] = "an old reference to a file outside the repository"
+    manifest["preset"]["paper_claims"] = ["an old claim as a plain string"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    build_report(out)
+    text = (out / "report.md").read_text()
+    assert "an old" not in text and "docs/method.md section 3" in text
+    assert "Fig. 3b: TPO maintains the lowest misalignment" in text
+    assert "1 more claim(s) of the full preset" in text  # Fig. 3a compares with GRPO and PG, not run here

@@ -1,0 +1,128 @@
+"""What a preset holds and a rough estimate of what it costs to run, before running it.
+
+The estimate is a work model per run kind times a seconds-per-unit constant measured on the
+project's 2-core benchmark machine, from the committed reports in ``benchmarks/results/`` (their
+"compute time", the sum of the runs' own wall times, one thread per run):
+
+=================  =========================================================  ======================
+kind               work units of one run                                      measured on
+=================  =========================================================  ======================
+``tabular_single``  steps                                                      ``tabular-single``
+``tabular_multi``   steps                                                      ``tabular-multi``
+``token``           episodes x rollouts per episode x H x (1 + epochs)         ``table1`` + ``table3``
+``mnist``           steps x B x (1 + epochs)                                   ``mnist``
+=================  =========================================================  ======================
+
+Rollouts per episode: B, or B*K for sequence-level grouped methods and for single-sample methods
+under the interaction budget. The ``1 + epochs`` factor counts the rollout forward pass plus one
+forward-backward per epoch. Against the reports it was fitted on, the token constant is within
+1.3x of ``table1`` and ``table3`` (and of ``quick``), the MNIST constant within 1.6x of every MNIST
+method's mean run time: read the estimate as "within a factor of 2". Wall time assumes the runs
+pack evenly over the workers, bounded below by the longest run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tpo_gym.evaluation.presets import Preset, RunSpec
+
+__all__ = ["SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units", "format_seconds"]
+
+#: Seconds per work unit of each run kind (see the module docstring), with where it was measured.
+SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
+    "tabular_single": (4.45e-4, "tabular-single report: 33.4 s over 500 runs x 150 steps"),
+    "tabular_multi": (1.76e-4, "tabular-multi report: 70.4 s over 400 runs x 1000 steps"),
+    "token": (2.27e-5, "table1 + table3 reports: 11,940 s over 5.27e8 units"),
+    "mnist": (2.61e-5, "mnist report: 2,735 s over 1.05e8 units"),
+}
+
+_SINGLE_SAMPLE = ("PPO", "REINFORCE", "DG", "CE")
+_FALLBACK = {"batch_size": 100, "group_size": 8, "n_epochs": 4, "level": "auto", "budget": "prompt"}
+
+
+def _default(algo: str, name: str) -> Any:
+    """The agent class's default for constructor argument ``name`` (read from its signature)."""
+    try:
+        import tpo_gym
+
+        param = inspect.signature(getattr(tpo_gym, algo)).parameters.get(name)
+        if param is not None and param.default is not inspect.Parameter.empty:
+            return param.default
+    except (ImportError, AttributeError, TypeError, ValueError):
+        pass
+    return _FALLBACK[name]
+
+
+def _arg(spec: RunSpec, name: str) -> Any:
+    if name in spec.method_kwargs:
+        return spec.method_kwargs[name]
+    shared = spec.params.get("agent_kwargs", {})
+    return shared[name] if name in shared else _default(spec.algo, name)
+
+
+def run_units(spec: RunSpec) -> float:
+    """Work units of one run (see the module docstring)."""
+    p = spec.params
+    if spec.kind == "tabular_single":
+        return float(p.get("steps", 150))
+    if spec.kind == "tabular_multi":
+        return float(p.get("steps", 1000))
+    batch, epochs = int(_arg(spec, "batch_size")), int(_arg(spec, "n_epochs"))
+    if spec.kind == "mnist":
+        return float(p.get("steps", 10_000)) * batch * (1 + epochs)
+    group = int(_arg(spec, "group_size"))
+    if spec.algo in _SINGLE_SAMPLE:
+        rollouts = batch * group if _arg(spec, "budget") == "interaction" else batch
+    else:
+        rollouts = batch * group if _arg(spec, "level") == "sequence" else batch
+    horizon = int(p.get("env_kwargs", {}).get("length", 10))
+    return float(p.get("episodes", 1000)) * rollouts * horizon * (1 + epochs)
+
+
+def run_seconds(spec: RunSpec) -> float:
+    """Estimated single-threaded seconds of one run on the benchmark machine."""
+    return SECONDS_PER_UNIT[spec.kind][0] * run_units(spec)
+
+
+@dataclass
+class CostEstimate:
+    """Estimated cost of a preset's runs."""
+
+    runs: int
+    compute_s: float
+    longest_s: float
+    per_setting: dict[str, float]
+
+    def wall_s(self, workers: int) -> float:
+        """Wall time with ``workers`` parallel runs: even packing, bounded below by the longest run."""
+        return max(self.compute_s / max(1, min(workers, self.runs)), self.longest_s)
+
+
+def estimate_preset(preset: Preset, seeds: int | None = None) -> CostEstimate:
+    """Estimate every run of ``preset`` with ``seeds`` seeds (default: the preset's)."""
+    runs = preset.runs(seeds)
+    per_setting: dict[str, float] = {}
+    longest = 0.0
+    for spec in runs:
+        sec = run_seconds(spec)
+        per_setting[spec.setting] = per_setting.get(spec.setting, 0.0) + sec
+        longest = max(longest, sec)
+    return CostEstimate(runs=len(runs), compute_s=sum(per_setting.values()), longest_s=longest,
+                        per_setting=per_setting)
+
+
+def format_seconds(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.4 h``, ``2.1 days``."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
