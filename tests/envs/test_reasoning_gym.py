@@ -180,3 +180,13 @@ def test_sb3_check_env_rejects_text_observations() -> None:
         sb3_check_env(env)
     gym_check_env(env.unwrapped, skip_render_check=True)
     assert "stable_baselines3.common.env_checker.check_env" in (ReasoningGymEnv.__doc__ or "")
+
+
+def test_reset_option_index_shows_that_entry() -> None:
+    env = gym.make("tpo_gym/ReasoningGym-v0", dataset="basic_arithmetic", size=5, seed=3)
+    _, info = env.reset(seed=0, options={"index": 4})
+    assert info["index"] == 4 and info["question"] == env.unwrapped.dataset[4]["question"]
+    answer = env.unwrapped.dataset[4]["answer"]
+    assert env.unwrapped.score_candidates([f"<answer>{answer}</answer>"])[0] == 1.0
+    with pytest.raises(ValueError, match=r"options\['index'\] must be an integer >= 0 and <= 4, got 5"):
+        env.reset(options={"index": 5})

@@ -104,6 +104,19 @@ def load_language_model(model: Any, tokenizer: Any = None, model_kwargs: dict[st
     raise ValueError(f"model must be a hub id, a local path, 'smollm2-135m-instruct' or a loaded model, got {model!r}")
 
 
+def _as_dense(model: Any) -> Any:
+    """A GGUF checkpoint loads dequantised into ordinary dense weights but keeps its quantizer marker,
+    which makes ``save_pretrained`` refuse; drop the marker so the trained model saves as safetensors."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if quantizer is not None and "gguf" in str(getattr(method, "value", method)).lower():
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    return model
+
+
 def _prepare_tokenizer(tokenizer: Any) -> Any:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
@@ -294,6 +307,7 @@ class CausalLMPolicy(BasePolicy):
                        "auto": torch.bfloat16 if device.type == "cuda" else torch.float32}[dtype]
         self.model_spec = model if isinstance(model, (str, pathlib.Path)) else None
         net, tok = load_language_model(model, tokenizer, model_kwargs, torch_dtype)
+        net = _as_dense(net)
         self.tokenizer = _prepare_tokenizer(tok)
         net = net.to(dtype=torch_dtype)
         self.lora = dict(lora) if lora is not None else None

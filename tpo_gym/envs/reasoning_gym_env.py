@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
 
+from tpo_gym._validation import check_int
 from tpo_gym.envs._common import check_reset_args, check_size
 
 #: The system prompt shown before every question; it asks for the answer inside answer tags.
@@ -212,7 +213,8 @@ class ReasoningGymEnv(gym.Env[str, str]):
 
     ## Starting State
     The entry index is drawn uniformly from ``self.np_random`` over ``range(size)``; the dataset
-    itself is fixed by the ``seed`` argument.
+    itself is fixed by the ``seed`` argument. ``reset(options={"index": i})`` shows entry ``i``
+    instead (evaluation on a fixed list of questions; no random draw).
 
     ## Episode End
     After one step: ``terminated=True, truncated=False`` (registered with ``max_episode_steps=1``,
@@ -277,7 +279,10 @@ class ReasoningGymEnv(gym.Env[str, str]):
         """Draw a question."""
         seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
-        self.index = int(self.np_random.integers(self.size))
+        if options is not None and "index" in options:
+            self.index = check_int("options['index']", options["index"], 0, self.size - 1)
+        else:
+            self.index = int(self.np_random.integers(self.size))
         self.entry = self.dataset[self.index]
         self.question = str(self.entry["question"])
         info = {"system_prompt": self.system_prompt, "question": self.question, "index": self.index}

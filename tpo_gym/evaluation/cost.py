@@ -11,6 +11,7 @@ kind               work units of one run                                      me
 ``tabular_multi``   steps                                                      ``tabular-multi``
 ``token``           episodes x rollouts per episode x H x (1 + epochs)         ``table1`` + ``table3``
 ``mnist``           steps x B x (1 + epochs)                                   ``mnist``
+``llm``             steps x B x K x max_new_tokens x (1 + 2 epochs)            SmolLM2 timings (§9)
 =================  =========================================================  ======================
 
 Rollouts per episode: B, or B*K for sequence-level grouped methods and for single-sample methods
@@ -38,6 +39,8 @@ SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
     "tabular_multi": (1.76e-4, "tabular-multi report: 70.4 s over 400 runs x 1000 steps"),
     "token": (2.27e-5, "table1 + table3 reports: 11,940 s over 5.27e8 units"),
     "mnist": (2.61e-5, "mnist report: 2,735 s over 1.05e8 units"),
+    "llm": (6.4e-3, "SmolLM2-135M on 2 threads (docs/method.md section 9): 4 x 8 x 64 tokens generate in ~10 s, "
+                    "forward + backward ~22 s"),
 }
 
 _SINGLE_SAMPLE = ("PPO", "REINFORCE", "DG", "CE")
@@ -72,6 +75,9 @@ def run_units(spec: RunSpec) -> float:
     if spec.kind == "tabular_multi":
         return float(p.get("steps", 1000))
     batch, epochs = int(_arg(spec, "batch_size")), int(_arg(spec, "n_epochs"))
+    if spec.kind == "llm":  # generated tokens x (generate + old log-probs + forward/backward per epoch)
+        tokens = int(p.get("policy_kwargs", {}).get("max_new_tokens", 64))
+        return float(p.get("steps", 100)) * batch * int(_arg(spec, "group_size")) * tokens * (1 + 2 * epochs)
     if spec.kind == "mnist":
         return float(p.get("steps", 10_000)) * batch * (1 + epochs)
     group = int(_arg(spec, "group_size"))

@@ -32,6 +32,8 @@ from typing import Any
 
 __all__ = ["RUN_KINDS", "AGENT_ALGOS", "methods_for_kind", "execute_run", "make_agent"]
 
+#: Agent classes that train language models (run kind ``llm``).
+LLM_ALGOS: tuple[str, ...] = ("TPO", "GRPO", "GroupPG")
 #: Agent class names exported by :mod:`tpo_gym` that presets may use as ``algo``.
 AGENT_ALGOS: tuple[str, ...] = ("TPO", "GRPO", "PPO", "REINFORCE", "GroupPG", "DG", "CE")
 
@@ -49,6 +51,8 @@ def methods_for_kind(kind: str) -> tuple[str, ...]:
         return tuple(a for a, t in _TABULAR_NAME.items() if t in tabular.MULTI_CONTEXT_METHODS)
     if kind in ("token", "mnist"):
         return AGENT_ALGOS
+    if kind == "llm":
+        return LLM_ALGOS
     raise KeyError(f"unknown run kind {kind!r}")
 
 
@@ -75,7 +79,7 @@ def _run_tabular_multi(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 #: Policy of each agent run kind unless the setting's ``params["policy"]`` names another.
-DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy"}
+DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy", "llm": "CausalLMPolicy"}
 
 
 def make_agent(
@@ -153,11 +157,82 @@ def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _held_out_accuracy(model: Any, env: Any, n: int) -> dict[str, float]:
+    """Greedy completions of the first ``n`` entries of the held-out env: mean score and exact (= 1) rate."""
+    import numpy as np
+
+    items, scores = [], []
+    for i in range(n):
+        _, info = env.reset(options={"index": i})
+        items.append({"question": info["question"], "system_prompt": info["system_prompt"]})
+    completions, _ = model.predict(items, deterministic=True)
+    for i, completion in enumerate(completions):
+        env.reset(options={"index": i})
+        scores.append(float(env.unwrapped.score_candidates([str(completion)])[0]))
+    return {"test_score": float(np.mean(scores)), "test_accuracy": float(np.mean(np.asarray(scores) >= 1.0))}
+
+
+def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A language-model agent on ``tpo_gym/ReasoningGym-v0``; checkpointed, resumes where it stopped.
+
+    ``params``: ``env_kwargs`` (dataset, size, seed, dataset config), ``steps`` (iterations),
+    ``eval_every`` and ``eval_size`` (held-out questions: the same dataset with seed ``test_seed``),
+    ``agent_kwargs``, ``policy_kwargs`` (model, prompt format, ...), ``checkpoint_every``. Rows: one per
+    iteration (``step``, ``error`` = 1 - train mean score, ``mean_score``, diagnostics), plus
+    ``test_score`` / ``test_accuracy`` every ``eval_every`` iterations (step 0 = the base model).
+    With ``spec["checkpoint_dir"]`` (set by the runner) the agent and its rows are saved there every
+    ``checkpoint_every`` iterations and a rerun of the same command continues from the last one.
+    """
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import tpo_gym  # noqa: F401
+    from tpo_gym.evaluation._io import atomic_write_json, read_json
+
+    p = spec["params"]
+    steps, every = int(p["steps"]), int(p.get("eval_every", 10))
+    save_every = int(p.get("checkpoint_every", every))
+    env_kwargs = dict(p.get("env_kwargs", {}))
+    env = gym.make("tpo_gym/ReasoningGym-v0", **env_kwargs)
+    test_kwargs = {**env_kwargs, "seed": int(p.get("test_seed", int(env_kwargs.get("seed", 0)) + 10_007)),
+                   "size": int(p.get("eval_size", 32))}
+    test_env = gym.make("tpo_gym/ReasoningGym-v0", **test_kwargs)
+    eval_size = int(p.get("eval_size", 32))
+    ckpt = Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None
+    cls = getattr(tpo_gym, spec["algo"])
+    if ckpt is not None and (ckpt / "rows.json").is_file() and (ckpt / "agent").is_dir():
+        model = cls.load(ckpt / "agent", env=env)
+        rows = read_json(ckpt / "rows.json")["rows"]
+    else:
+        params = {**p, "policy": "CausalLMPolicy",
+                  "agent_kwargs": {**p.get("agent_kwargs", {}), "policy_kwargs": p.get("policy_kwargs", {})}}
+        model = make_agent(spec["algo"], env, spec["seed"], params, spec["method_kwargs"], kind="llm")
+        rows = [{"step": 0, **_held_out_accuracy(model, test_env, eval_size)}]
+    by_step = {r["step"]: r for r in rows}
+    done = len(model.history)
+    while done < steps:
+        chunk = min(every - done % every, steps - done)
+        model.learn(chunk * model.steps_per_iteration, reset_num_timesteps=False)
+        # iteration i's rollouts come from the weights after i updates: the same row as an eval at step i
+        for r in _history_rows(model.history[done:done + chunk]):
+            by_step.setdefault(r["step"], {"step": r["step"]}).update(r)
+        done += chunk
+        if done % every == 0 or done == steps:
+            by_step.setdefault(done, {"step": done}).update(_held_out_accuracy(model, test_env, eval_size))
+        rows = [by_step[k] for k in sorted(by_step)]
+        if ckpt is not None and (done % save_every == 0 or done == steps):
+            model.save(ckpt / "agent")
+            atomic_write_json(ckpt / "rows.json", {"rows": rows})
+    return rows
+
+
 _KIND_FUNCS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "tabular_single": _run_tabular_single,
     "tabular_multi": _run_tabular_multi,
     "token": _run_token,
     "mnist": _run_mnist,
+    "llm": _run_llm,
 }
 #: Every run kind a preset setting may name.
 RUN_KINDS: tuple[str, ...] = tuple(_KIND_FUNCS)

@@ -20,6 +20,7 @@ __all__ = [
     "seed_mean_curve",
     "steps_to_threshold",
     "final_value",
+    "first_value",
     "mean_and_se",
     "bootstrap_se",
     "iqm",
@@ -60,6 +61,12 @@ def steps_to_threshold(
         return None
     i = int(below[0])
     return float(steps[i]) if steps is not None else float(i)
+
+
+def first_value(curves: np.ndarray) -> np.ndarray:
+    """Per-seed first logged (non-``NaN``) value of a ``[n_seeds, n_steps]`` matrix (``NaN`` if none)."""
+    curves = np.asarray(curves, dtype=float)
+    return final_value(curves[..., ::-1])
 
 
 def final_value(curves: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ the subset of methods run in this setting.
 ``methods`` -- the table's rows: ``{"name", "algo", "kwargs"?}``; ``algo`` is an agent class name
 (``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``), ``kwargs`` extra
 arguments of that method.
-``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final", "key", "threshold"?, "scale"?,
+``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final" | "initial", "key", "threshold"?, "scale"?,
 "unit"?, "paper_dash"?}``; the first is the headline.
 ``paper`` -- ``{metric_id: {method: {setting: value}}}``: a number, ``"-"`` (the paper's dash:
 never reached / above ``paper_dash``), a bound ``">99"`` / ``"<2.3"``, or ``null`` (not reported).
@@ -44,10 +44,10 @@ __all__ = ["CHECK_TESTS", "Preset", "RunSpec", "PresetError", "available_presets
 
 #: The tests a claim check may name (evaluated by :mod:`tpo_gym.evaluation.claims`).
 CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "worst_setting")
-_INLINE_METRIC_TYPES = ("steps_to_threshold", "final", "ratio")
+_INLINE_METRIC_TYPES = ("steps_to_threshold", "final", "initial", "ratio")
 
 _PAPER_STR = re.compile(r"^(-|[<>]\d+(\.\d+)?)$")
-_METRIC_TYPES = ("steps_to_threshold", "final")
+_METRIC_TYPES = ("steps_to_threshold", "final", "initial")
 _NAME = re.compile(r"^[A-Za-z0-9_.=+\-() ]+$")
 
 

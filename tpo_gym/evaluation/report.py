@@ -233,7 +233,8 @@ def _metric_value(cell: Cell, metric: dict[str, Any]) -> C.Stat:
         if ok.size == 0 or ok[0] == 0:
             return C.Stat(math.nan)
         return C.Stat(float(ok[-1] / ok[0]))
-    finals = M.final_value(mat) * float(metric.get("scale", 1.0))
+    pick = M.first_value if metric["type"] == "initial" else M.final_value
+    finals = pick(mat) * float(metric.get("scale", 1.0))
     mean, se = M.mean_and_se(finals)
     return C.Stat(mean, se)
 

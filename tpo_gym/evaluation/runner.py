@@ -168,7 +168,9 @@ def bench(
     if todo:
         from tqdm.auto import tqdm
 
-        stream = (_run_local if backend == "local" else _run_ray)([r.to_dict() for r in todo], workers)
+        # long runs (kind "llm") checkpoint under OUT/checkpoints/<run_id>/ and resume from there
+        specs = [{**r.to_dict(), "checkpoint_dir": str((out / "checkpoints" / r.run_id).resolve())} for r in todo]
+        stream = (_run_local if backend == "local" else _run_ray)(specs, workers)
         bar = tqdm(total=len(todo), desc=f"{preset.name} runs", unit="run", disable=not progress,
                    initial=0, dynamic_ncols=True)
         for rec in stream:
