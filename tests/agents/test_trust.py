@@ -331,3 +331,17 @@ def test_scalar_checks_report_the_right_bound() -> None:
         TPO("MlpPolicy", bandit_env(), anchor="no")
     with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 2.0"):
         TPO("MlpPolicy", bandit_env(), batch_size=2.0)
+
+
+@pytest.mark.parametrize("make", [lambda: _small_tpo(), lambda: TPO("TransformerPolicy", token_env(), seed=0)])
+def test_policy_save_load_is_safe(make: Any, tmp_path: Path) -> None:
+    model = make()
+    model.policy.save(str(tmp_path / "policy.pt"))
+    loaded = type(model.policy).load(str(tmp_path / "policy.pt"))
+    for k, v in model.policy.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[k], v, rtol=0, atol=0)
+    marker = tmp_path / "pwned"
+    torch.save({"state_dict": {}, "data": _Boom(marker)}, tmp_path / "evil.pt")
+    with pytest.raises(AgentFileError, match="not a tpo-gym policy file"):
+        type(model.policy).load(str(tmp_path / "evil.pt"))
+    assert not marker.exists()

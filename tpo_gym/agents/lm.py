@@ -330,6 +330,17 @@ class CausalLMPolicy(BasePolicy):
         data.update(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p)
         return data
 
+    def save(self, path: str) -> None:
+        """Write the model and tokenizer with ``save_pretrained`` into directory ``path`` (safetensors)."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    @classmethod
+    def load(cls, path: str, device: Any = "auto") -> Any:  # type: ignore[override]
+        """Not a pickle: reload a saved directory as ``policy_kwargs={"model": path}`` or with ``TPO.load``."""
+        raise ValueError(f"load {path!r} through the agent (TPO.load) or as policy_kwargs={{'model': {path!r}}}; "
+                         "CausalLMPolicy files are Hugging Face directories, never pickles")
+
     def forward(self, obs: Any, deterministic: bool = False) -> Any:  # pragma: no cover - SB3 abstract
         return self.generate_text([obs] if isinstance(obs, str) else list(obs), deterministic=deterministic)
 

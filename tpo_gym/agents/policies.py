@@ -17,6 +17,7 @@ is :class:`MuonAdamW`: ``torch.optim.Muon`` on every 2-D weight matrix and AdamW
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -241,6 +242,47 @@ class CategoricalPolicy(BasePolicy):
         """
         check_observations(observation, self.observation_space)
         return super().predict(observation, state, episode_start, deterministic)
+
+    def save(self, path: str) -> None:
+        """Save the policy alone: weights and plain-data settings, read back by :meth:`load` with
+        ``torch.load(weights_only=True)`` (SB3's own ``BasePolicy.load`` unpickles; this never does)."""
+        from tpo_gym.agents import persistence
+
+        data = self._get_constructor_parameters()
+        settings = {
+            "class": type(self).__name__,
+            "observation_space": persistence.space_to_data(data.pop("observation_space")),
+            "action_space": persistence.space_to_data(data.pop("action_space")),
+            "kwargs": persistence.encode_value(
+                {k: v for k, v in data.items() if k not in ("normalize_images", "lr_schedule")}, "kwargs"),
+        }
+        torch.save({"state_dict": self.state_dict(), "tpo_gym_policy": json.dumps(settings)}, path)
+
+    @classmethod
+    def load(cls, path: str, device: torch.device | str = "auto") -> CategoricalPolicy:  # type: ignore[override]
+        """Load a policy written by :meth:`save`, executing nothing from the file."""
+        from stable_baselines3.common.utils import get_device
+
+        from tpo_gym.agents import persistence
+
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - pickled payloads are refused here
+            raise persistence.AgentFileError(
+                f"{path!r} is not a tpo-gym policy file of plain tensors ({exc})"
+            ) from None
+        if not isinstance(saved, dict) or "tpo_gym_policy" not in saved:
+            raise persistence.AgentFileError(f"{path!r} is not a tpo-gym policy file")
+        settings = json.loads(saved["tpo_gym_policy"])
+        persistence.check_plain(settings, "policy settings")
+        if settings.get("class") != cls.__name__:
+            raise persistence.AgentFileError(f"{path!r} holds a {settings.get('class')}, not a {cls.__name__}")
+        kwargs = persistence.decode_value(settings.get("kwargs", {}), "kwargs")
+        policy = cls(persistence.space_from_data(settings["observation_space"], "observation_space"),
+                     persistence.space_from_data(settings["action_space"], "action_space"),
+                     lambda _: 0.0, **kwargs)
+        policy.load_state_dict(saved["state_dict"])
+        return policy.to(get_device(device))
 
     def _build_optimizer(self, lr_schedule: Schedule) -> None:
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
