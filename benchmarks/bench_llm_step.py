@@ -71,7 +71,7 @@ def main() -> None:
         base.policy.load_state_dict(initial)
         batch = base.collect_rollouts()
         update = {}
-        for cls in (TPO, GRPO):
+        for cls in ((TPO, GRPO) if repeat % 2 == 0 else (GRPO, TPO)):  # alternate the order (warm caches)
             agent = base if cls is TPO else _agent(GRPO, args, policy=base.policy)
             agent.policy.load_state_dict(initial)
             agent.policy.optimizer = type(base.policy.optimizer)(
