@@ -84,7 +84,7 @@ def metric_label(metric: Mapping[str, Any]) -> str:
     if metric["type"] == "ratio":
         return f"{words[0].upper() + words[1:]} last / first"
     unit = f" ({metric['unit']})" if metric.get("unit") else ""
-    return f"Final {words}{unit}"
+    return f"{'Initial' if metric['type'] == 'initial' else 'Final'} {words}{unit}"
 
 
 def check_metric(check: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

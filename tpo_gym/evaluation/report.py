@@ -591,6 +591,8 @@ _STEP_TERMS = {
               "interaction budget), then E full-batch optimiser steps on them"),
     "mnist": ("MNIST: one batch of B training images, one sampled class each, and the method's update on it; "
               "test error is measured every `eval_every` steps"),
+    "llm": ("language model: one iteration: B prompts, K sampled completions each scored by the dataset's own "
+            "scorer, then E optimiser steps over micro-batches of whole groups; step 0 is the base model"),
 }
 _ERROR_TERMS = {
     "tabular_single": "single-context bandit: 1 − π(y*), the probability not on the correct arm",
@@ -600,6 +602,10 @@ _ERROR_TERMS = {
               "terminal reward"),
     "mnist": ("MNIST: `test_error` is the greedy (argmax) error on the 10,000 test images; `error` the training "
               "error averaged over the last `eval_every` steps"),
+    "llm": ("language model: `mean_score` is the train mean score of the step's B x K sampled completions "
+            "(`error` = 1 − it); `test_score` the mean score of greedy completions of the first `eval_size` "
+            "held-out questions (the same dataset with another seed), every `eval_every` steps; `test_accuracy` "
+            "the fraction of those scored 1"),
 }
 _DIAG_TERMS = {
     "grad_norm": "`grad_norm`: L2 norm of the gradient of the first epoch of each step",
@@ -610,6 +616,9 @@ _DIAG_TERMS = {
     "mean_q_winners": ("*winners* / *losers*: candidates above / below their group's mean score; "
                        "`mean_q_*` is their mean target probability q_i (TPO), `mean_abs_adv_*` their mean |A_i| "
                        "(GRPO)"),
+    "entropy_q": ("`entropy_q` / `entropy_p_old`: mean entropy (nats) of the target q and of pi_old renormalised "
+                  "over each group's K completions (near 0: one completion takes all the weight)"),
+    "completion_length": "`completion_length`: mean completion length in tokens (up to and including EOS)",
 }
 
 
