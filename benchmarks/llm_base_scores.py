@@ -209,14 +209,21 @@ def reading(rows: list[dict[str, Any]], k: int) -> str:
     best = pick(rows)
     env_rows = [r for r in rows if r["format"] == "env"]
     env_tagged = max((r["tagged"] for r in env_rows), default=0.0)
-    live = sorted({r["task"] for r in rows if r["var_groups"] > 0})
-    dead = sorted({r["task"] for r in rows} - set(live))
+    parts = []
+    for fmt in sorted({r["format"] for r in rows}):
+        cells = [r for r in rows if r["format"] == fmt]
+        live = [r["task"] for r in cells if r["var_groups"] > 0]
+        parts.append(f"with the {fmt} format, {len(live)} of {len(cells)} tasks have at least one group whose "
+                     f"scores differ ({', '.join(live) or 'none'})")
+    if env_tagged == 0.0:
+        env_text = "never closes an answer tag (no sample of any task is tagged), so every score is 0"
+    else:
+        env_text = (f"rarely closes an answer tag (at most {env_tagged:.0%} of the samples of any task are "
+                    f"tagged), so nearly every score is 0")
     text = (
-        f"With the env's own system prompt the model rarely closes an answer tag (at most "
-        f"{env_tagged:.0%} of the samples of any task are tagged), so nearly every score is 0 and nearly "
-        f"every group of {k} is zero-variance: neither TPO nor GRPO gets a gradient from such groups. "
-        f"Tasks with at least one group whose scores differ: {', '.join(live) or 'none'}; tasks without any: "
-        f"{', '.join(dead) or 'none'}. "
+        f"With the env's own system prompt the model {env_text} and every group of {k} is, or nearly is, "
+        f"zero-variance: neither TPO nor GRPO gets a gradient from such groups. By format: "
+        f"{'; '.join(parts)}. "
     )
     if best is None:
         return text + "No cell starts above 0 and at most 0.5: no task here is a good start for RL at this scale."
