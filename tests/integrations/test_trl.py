@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from trl import GRPOConfig, GRPOTrainer
 
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
-
-from tpo_gym.agents.lm import sequence_logprobs  # noqa: E402
-from tpo_gym.integrations import trl as tpo_trl  # noqa: E402
-from tpo_gym.integrations.trl import TargetPOConfig, TargetPOTrainer  # noqa: E402
-from tpo_gym.objectives import grpo_loss, standardize_scores, tpo_loss, tpo_target  # noqa: E402
+from tpo_gym.agents.lm import sequence_logprobs
+from tpo_gym.integrations import trl as tpo_trl
+from tpo_gym.integrations.trl import TargetPOConfig, TargetPOTrainer
+from tpo_gym.objectives import grpo_loss, standardize_scores, tpo_loss, tpo_target
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -66,6 +65,8 @@ def test_trl_private_methods_it_overrides_exist() -> None:
 
 @pytest.mark.parametrize("update, config", [
     ("groups", {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}),
+    # q stored at generation (old-log-prob forward), reused by the second iteration
+    ("groups", {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_iterations": 2}),
     ("weights", {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}),
     # groups split across two micro-batches (after TRL's row shuffle)
     ("weights", {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4}),
@@ -257,3 +258,37 @@ def test_reasoning_gym_sources_and_errors() -> None:
         reasoning_gym_dataset(42)
     with pytest.raises(ValueError, match="index"):
         reward(completions=["x"])
+
+
+def test_peft_adapter_trains_and_the_base_stays(tmp_path: Path) -> None:
+    from peft import LoraConfig
+
+    tok = tiny_tokenizer()
+    model = tiny_llama()
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = TargetPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=4,
+                          max_steps=1, max_completion_length=8, learning_rate=1e-2, use_cpu=True, bf16=False,
+                          report_to="none", save_strategy="no", disable_tqdm=True)
+    trainer = TargetPOTrainer(model=model, reward_funcs=trl_toys.reward_count_a, args=args, processing_class=tok,
+                              train_dataset=trl_toys.dataset(), rollout_func=trl_toys.make_rollout(tok),
+                              peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                     task_type="CAUSAL_LM"))
+    trainer.train()
+    named = dict(trainer.model.named_parameters())
+    lora_b = [p for n, p in named.items() if "lora_B" in n]
+    assert lora_b and any(p.abs().max() > 0 for p in lora_b)  # B starts at 0: the adapter moved
+    for n, p in named.items():
+        if "lora_" not in n:
+            key = n.replace("base_model.model.", "").replace(".base_layer", "")
+            assert torch.equal(p.detach(), base[key]), n
+
+
+def test_example_script_runs_on_the_tiny_model(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_target_po", HERE.parents[1] / "examples" / "trl_target_po.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary = module.main(["--steps", "1", "--num-generations", "4", "--prompts-per-step", "1",
+                           "--max-completion-length", "6", "--size", "20", "--output-dir", str(tmp_path)])
+    assert summary["steps"] == 1 and summary["target_update"] == "groups" and len(summary["reward"]) == 1

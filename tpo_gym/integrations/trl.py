@@ -25,7 +25,9 @@ one of two exact forms (``TargetPOConfig.target_update``):
 * ``"groups"``: every micro-batch holds whole groups (this trainer shuffles groups, not rows) and
   the loss is TPO's cross-entropy to the frozen ``q`` (:func:`~tpo_gym.objectives.tpo_loss`),
   recomputing :math:`p^\theta` at every update, so it is exact for any ``num_iterations`` (TPO's
-  ``n_epochs``). Needs ``per_device_train_batch_size % num_generations == 0``.
+  ``n_epochs``). Needs ``per_device_train_batch_size % num_generations == 0``. With
+  ``num_iterations == 1`` the loss forward itself runs at :math:`\theta_{old}`, so :math:`q` is built
+  from it and no separate old-log-prob forward is run (the step costs what GRPO's does).
 * ``"weights"``: per completion the weight :math:`w_i = q_i - p^{old}_i`, and the loss
   :math:`-\frac1G\sum_i w_i \ell^\theta_i`; its gradient is TPO's :math:`\frac1G\sum_i (p_i - q_i)\nabla\ell_i`
   exactly while :math:`\theta = \theta_{old}`, that is on the first update after each generation:
@@ -209,6 +211,10 @@ class TargetPOTrainer(GRPOTrainer):
                              f"target_update), got {type(args).__name__}")
         _check_supported(args)
         self.target_update = resolve_target_update(args)
+        # whole groups, one update per generation, no optimiser step between generation and loss: the
+        # loss forward runs at theta_old, so q is built from it and no separate old forward is needed
+        self._target_in_loss = (self.target_update == "groups" and args.num_iterations == 1
+                                and args.gradient_accumulation_steps % args.steps_per_generation == 0)
         self._tpo_rewards: torch.Tensor | None = None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
 
@@ -259,8 +265,6 @@ class TargetPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         n_local = output["completion_ids"].size(0)
 
-        seq_old = self._sequence_logp(self._old_token_logps(output).float(), self._loss_mask(output))
-        seq_all = self.accelerator.gather(seq_old)  # process order: the layout of the gathered rewards
         weights = self.reward_weights.to(device=device, dtype=rewards_per_func.dtype)
         scored = ~torch.isnan(rewards_per_func).all(dim=1)
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
@@ -268,27 +272,42 @@ class TargetPOTrainer(GRPOTrainer):
             raise RuntimeError(f"TargetPOTrainer: {rewards.numel()} completions are not groups of {k}")
         scores = rewards.view(-1, k)
         valid = scored.view(-1, k)
-        logp = seq_all.view(-1, k).to(scores.dtype)
         mask = None if bool(valid.all()) else valid
         u = standardize_scores(scores, mask)
+        start = self.accelerator.process_index * n_local
+        rows = slice(start, start + n_local)
+        output["target_u"] = u.reshape(-1)[rows].float()
+        output["target_valid"] = valid.reshape(-1)[rows]
+        output["target_group"] = torch.arange(start, start + n_local, device=device) // k
+        metrics = self._metrics[mode]
+        zero_var = (u == 0).all(dim=-1) if mask is None else ((u == 0) | ~valid).all(dim=-1)
+        metrics["target/zero_variance_fraction"].append(zero_var.float().mean().item())
+        if mode == "train" and self._target_in_loss:
+            return output  # q is built from the loss forward itself (theta is still theta_old there)
+
+        seq_old = self._sequence_logp(self._old_token_logps(output).float(), self._loss_mask(output))
+        seq_all = self.accelerator.gather(seq_old)  # process order: the layout of the gathered rewards
+        logp = seq_all.view(-1, k).to(u.dtype)
+        q, p_old = self._target(logp, u, mask)
+        output["advantages"] = (k * (q - p_old)).reshape(-1)[rows].to(seq_old.dtype)
+        output["target_q"] = q.reshape(-1)[rows].to(seq_old.dtype)
+        self._log_target(mode, q, p_old)
+        return output
+
+    def _target(self, logp: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q`` and ``p_old`` over ``[G, K]`` groups from the old sequence log-probs and the z-scores."""
         q = tpo_target(logp, u, eta=self.args.eta, anchor=self.args.anchor, mask=mask)
         # p_old exactly as tpo_target computes q (u = 0, anchored): w = q - p_old is exactly 0 for an
         # all-equal group with the anchor
         p_old = tpo_target(logp, torch.zeros_like(u), eta=1.0, anchor=True, mask=mask)
+        return q, p_old
 
-        start = self.accelerator.process_index * n_local
-        rows = slice(start, start + n_local)
-        output["advantages"] = (k * (q - p_old)).reshape(-1)[rows].to(seq_old.dtype)
-        output["target_q"] = q.reshape(-1)[rows].to(seq_old.dtype)
-        output["target_group"] = torch.arange(start, start + n_local, device=device) // k
-
-        zero_var = (u == 0).all(dim=-1) if mask is None else ((u == 0) | ~valid).all(dim=-1)
+    def _log_target(self, mode: str, q: torch.Tensor, p_old: torch.Tensor) -> None:
         metrics = self._metrics[mode]
         metrics["target/entropy_q"].append(_entropy(q).mean().item())
         metrics["target/entropy_p_old"].append(_entropy(p_old).mean().item())
-        metrics["target/zero_variance_fraction"].append(zero_var.float().mean().item())
         metrics["target/max_q"].append(q.max(dim=-1).values.mean().item())
-        return output
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not self.model.training or self.target_update != "groups":
@@ -312,16 +331,24 @@ class TargetPOTrainer(GRPOTrainer):
             model, ids, attention, inputs["completion_ids"].size(1), compute_entropy=True)
         seq = self._sequence_logp(token_logps.float(), mask)
         mode = "train" if self.model.training else "eval"
-        if mode == "train" and self.target_update == "groups":
-            logp, q = _grouped(seq, inputs["target_q"].float(), inputs["target_group"], self.num_generations)
-            loss = tpo_loss(logp, q)
+        if mode == "train" and self._target_in_loss:
+            logp, u, valid = _grouped(seq, inputs["target_group"], self.num_generations, inputs["target_u"],
+                                      inputs["target_valid"])
+            groups_mask = None if bool(valid.all()) else valid
+            q, p_old = self._target(logp.detach(), u, groups_mask)
+            self._log_target(mode, q, p_old)
+            loss = tpo_loss(logp, q, groups_mask)
+        elif mode == "train" and self.target_update == "groups":
+            logp, q, valid = _grouped(seq, inputs["target_group"], self.num_generations, inputs["target_q"].float(),
+                                      inputs["target_valid"])
+            loss = tpo_loss(logp, q, None if bool(valid.all()) else valid)
         else:  # per-sample weights: gradient (p_old - q) / G per completion while theta = theta_old
             loss = -(inputs["advantages"].float() * seq).mean()
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
-        valid = mask.bool()
+        tokens = mask.bool()
         totals = self.accelerator.reduce(
-            torch.stack([torch.where(valid, entropies, 0.0).sum(), valid.sum().float()]).detach(), reduction="sum")
+            torch.stack([torch.where(tokens, entropies, 0.0).sum(), tokens.sum().float()]).detach(), reduction="sum")
         self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
 
@@ -347,13 +374,13 @@ def _shuffle_groups(batch: dict[str, Any], k: int) -> dict[str, Any]:
     return {key: permute(value) for key, value in batch.items()}
 
 
-def _grouped(seq: torch.Tensor, q: torch.Tensor, group: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[G, K]`` log-probs and targets of the whole groups of a micro-batch (rows sorted by group)."""
+def _grouped(seq: torch.Tensor, group: torch.Tensor, k: int, *per_row: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``[G, K]`` views of the whole groups of a micro-batch (rows sorted by group): ``seq`` then ``per_row``."""
     order = torch.argsort(group, stable=True)
     ids = group[order]
     if ids.numel() % k or bool((ids.view(-1, k) != ids.view(-1, k)[:, :1]).any()):
         raise RuntimeError("TargetPOTrainer: a micro-batch does not hold whole groups; use target_update='weights'")
-    return seq[order].view(-1, k), q[order].view(-1, k)
+    return tuple(x[order].view(-1, k) for x in (seq, *per_row))
 
 
 # ---------------------------------------------------------------------------------------------
