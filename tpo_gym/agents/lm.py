@@ -72,7 +72,8 @@ def load_language_model(model: Any, tokenizer: Any = None, model_kwargs: dict[st
 
     ``"smollm2-135m-instruct"`` is SmolLM2-135M-Instruct from the offline package (see
     :mod:`tpo_gym.agents.smollm2`). A loaded ``PreTrainedModel`` needs its ``tokenizer``. Missing
-    files raise ``FileNotFoundError`` naming the path (or the fetch command).
+    files raise ``FileNotFoundError`` naming the path (or the fetch command). A GGUF checkpoint comes
+    back dequantised as an ordinary dense model (trainable, ``save_pretrained`` writes safetensors).
     """
     transformers = _require_transformers()
     kwargs = dict(model_kwargs or {})
@@ -80,7 +81,7 @@ def load_language_model(model: Any, tokenizer: Any = None, model_kwargs: dict[st
         from tpo_gym.agents import smollm2
 
         loaded, tok = smollm2.load(dtype=dtype)
-        return loaded, tokenizer if tokenizer is not None else tok
+        return _as_dense(loaded), tokenizer if tokenizer is not None else tok
     if isinstance(model, (str, pathlib.Path)):
         text = str(model)
         path = pathlib.Path(text).expanduser()
@@ -96,7 +97,7 @@ def load_language_model(model: Any, tokenizer: Any = None, model_kwargs: dict[st
             tok_kwargs = {k: v for k, v in kwargs.items() if k in ("gguf_file", "revision", "local_files_only")}
             tokenizer = transformers.AutoTokenizer.from_pretrained(source, **tok_kwargs)
         loaded = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
-        return loaded, tokenizer
+        return _as_dense(loaded), tokenizer
     if isinstance(model, torch.nn.Module):
         if tokenizer is None:
             raise ValueError("a loaded model needs its tokenizer: policy_kwargs={'model': model, 'tokenizer': tok}")

