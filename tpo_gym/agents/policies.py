@@ -30,7 +30,10 @@ from stable_baselines3.common.preprocessing import preprocess_obs
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-__all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW", "check_observations"]
+__all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW", "check_observations", "SETUPS"]
+
+#: The transformer's named setups: this project's PyTorch port, and the reference code's.
+SETUPS = ("tuned", "reference")
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,17 +377,34 @@ class MlpPolicy(CategoricalPolicy):
 # causal transformer
 # --------------------------------------------------------------------------------------------
 class _Block(nn.Module):
-    """Pre-norm transformer block: ``x + attn(ln(x))``, ``x + ffn(ln(x))``; causal, no dropout."""
+    """Pre-norm transformer block: ``x + attn(ln(x))``, ``x + ffn(ln(x))``; causal, no dropout.
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+    ``setup="tuned"``: one fused ``qkv`` projection, LayerNorm eps 1e-5, exact GELU (PyTorch defaults).
+    ``setup="reference"`` (docs/method.md section 4b): separate ``q`` / ``k`` / ``v`` / ``proj``
+    projections with biases, LayerNorm eps 1e-6, GELU with the tanh approximation (Flax's ``nn.gelu``).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, setup: str = "tuned") -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.reference = setup == "reference"
+        eps = 1e-6 if self.reference else 1e-5
+        self.ln1 = nn.LayerNorm(d_model, eps=eps)
+        if self.reference:
+            self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+        else:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
-        self.ln2 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model, eps=eps)
         self.ff1 = nn.Linear(d_model, d_ff)
         self.ff2 = nn.Linear(d_ff, d_model)
+        self._gelu = "tanh" if self.reference else "none"
+
+    def _qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.reference:
+            return self.q(h), self.k(h), self.v(h)
+        q, k, v = self.qkv(h).split(h.shape[-1], dim=-1)
+        return q, k, v
 
     def forward(self, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Apply the block to ``x`` ``[N, L, d]``.
@@ -394,7 +414,7 @@ class _Block(nn.Module):
         the first (causal) chunk.
         """
         n, length, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = self._qkv(self.ln1(x))
         shape = (n, length, self.n_heads, d // self.n_heads)
         q, k, v = (z.reshape(shape).transpose(1, 2) for z in (q, k, v))
         causal = True
@@ -407,7 +427,7 @@ class _Block(nn.Module):
             cache[:] = [k, v]
         att = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
-        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate=self._gelu))
 
 
 class TransformerPolicy(CategoricalPolicy):
@@ -420,21 +440,33 @@ class TransformerPolicy(CategoricalPolicy):
     logits of the ``t``-th action are read at position ``H - 1 + t`` (the last written token), so a
     whole trajectory is scored by one forward pass of its last observation.
 
-    Defaults: 2 layers, ``d_model`` 64, 4 heads, FFN 256 (about 100k parameters for V = 2, H = 10);
-    optimiser :class:`MuonAdamW` (Muon on 2-D weights, AdamW on biases / LayerNorms). Initialisation:
-    PyTorch's defaults for ``Linear`` / ``LayerNorm``; embeddings ``N(0, 1)``.
+    Two setups, selected by name (``policy_kwargs={"setup": ...}``):
+
+    * ``"tuned"`` (default, this project's PyTorch port): 2 layers, ``d_model`` 64, 4 heads, FFN 256
+      (about 100k parameters for V = 2, H = 10); a fused q/k/v projection; optimiser
+      :class:`MuonAdamW` (``torch.optim.Muon`` on 2-D weights, AdamW on biases / LayerNorms);
+      PyTorch's default initialisation for ``Linear`` / ``LayerNorm``, embeddings ``N(0, 1)``.
+    * ``"reference"``: the reference code's setup (docs/method.md section 4b): 2 heads, separate
+      q / k / v / output projections with biases, LayerNorm eps 1e-6, GELU (tanh approximation),
+      Flax's default initialisation (token embedding ``N(0, 1/d)``, position embedding
+      ``N(0, 0.02^2)``, every ``Linear`` LeCun normal, biases 0) and the optimiser
+      :class:`~tpo_gym.agents.reference_setup.ReferenceMuon` (``optax.contrib.muon``: Muon on the
+      embeddings, the FFN and head kernels and the per-head q / k / v biases, Nesterov Adam on the
+      rest). Use it with ``learning_rate=1e-3`` (the reference's).
 
     :param observation_space: ``MultiDiscrete([V + 1] * 2H)``.
     :param action_space: ``Discrete(V)``.
     :param lr_schedule: learning-rate schedule.
     :param d_model: model width.
     :param n_layers: number of blocks.
-    :param n_heads: attention heads (must divide ``d_model``).
+    :param n_heads: attention heads (must divide ``d_model``; default 4, or 2 with ``setup="reference"``).
     :param d_ff: FFN hidden width.
     :param muon_on_embeddings: with the default optimiser, also apply Muon to the embeddings and the
         head (default, as optax's muon); ``False`` moves them to AdamW.
-    :param optimizer_class: optimiser class (default :class:`MuonAdamW`).
+    :param optimizer_class: optimiser class (default :class:`MuonAdamW`, or ``ReferenceMuon`` with
+        ``setup="reference"``).
     :param optimizer_kwargs: extra optimiser keyword arguments.
+    :param setup: ``"tuned"`` (default) or ``"reference"`` (see above).
     """
 
     def __init__(
@@ -444,12 +476,22 @@ class TransformerPolicy(CategoricalPolicy):
         lr_schedule: Schedule,
         d_model: int = 64,
         n_layers: int = 2,
-        n_heads: int = 4,
+        n_heads: int | None = None,
         d_ff: int = 256,
         muon_on_embeddings: bool = True,
-        optimizer_class: type[torch.optim.Optimizer] = MuonAdamW,
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
+        setup: str = "tuned",
     ) -> None:
+        from tpo_gym._validation import check_choice
+        from tpo_gym.agents import reference_setup
+
+        setup = check_choice("setup", setup, SETUPS)
+        reference = setup == "reference"
+        if n_heads is None:
+            n_heads = 2 if reference else 4
+        if optimizer_class is None:
+            optimizer_class = reference_setup.ReferenceMuon if reference else MuonAdamW
         if not isinstance(action_space, spaces.Discrete):
             raise ValueError(f"TransformerPolicy needs a Discrete(V) action space, got {action_space}")
         vocab = int(action_space.n)
@@ -473,18 +515,58 @@ class TransformerPolicy(CategoricalPolicy):
         self.horizon = int(observation_space.nvec.shape[0]) // 2
         self.d_model, self.n_layers, self.n_heads, self.d_ff = d_model, n_layers, n_heads, d_ff
         self.muon_on_embeddings = muon_on_embeddings
+        self.setup = setup
         self.tok_emb = nn.Embedding(vocab + 1, d_model)
         self.pos_emb = nn.Embedding(2 * self.horizon, d_model)
-        self.blocks = nn.ModuleList([_Block(d_model, n_heads, d_ff) for _ in range(n_layers)])
-        self.ln_f = nn.LayerNorm(d_model)
+        self.blocks = nn.ModuleList([_Block(d_model, n_heads, d_ff, setup) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model, eps=1e-6 if reference else 1e-5)
         self.head = nn.Linear(d_model, vocab)
+        if reference:
+            self._reference_init()
         if optimizer_class is MuonAdamW and not muon_on_embeddings:
             self.optimizer_kwargs = {
                 **self.optimizer_kwargs,
                 "adamw_params": [self.tok_emb.weight, self.pos_emb.weight, self.head.weight],
             }
-        self._build_optimizer(lr_schedule)
+        if optimizer_class is reference_setup.ReferenceMuon:
+            self.optimizer = optimizer_class(self.reference_param_groups(), lr=lr_schedule(1),
+                                             **self.optimizer_kwargs)
+        else:
+            self._build_optimizer(lr_schedule)
         self.optimizer_kwargs.pop("adamw_params", None)
+
+    def _reference_init(self) -> None:
+        """Flax's defaults (docs/method.md section 4b)."""
+        from tpo_gym.agents.reference_setup import flax_embedding_normal_, lecun_normal_
+
+        flax_embedding_normal_(self.tok_emb.weight)
+        with torch.no_grad():
+            self.pos_emb.weight.normal_(0.0, 0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                lecun_normal_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def reference_param_groups(self) -> list[dict[str, Any]]:
+        """The reference optimiser's split: which parameters are 2-D in Flax's layout (Muon) and how.
+
+        Muon: the token and position embeddings, the FFN and head kernels (``"dense"``), and the
+        q / k / v biases, ``[heads, d/heads]`` in Flax (``"heads:H"``); with the fused projection of
+        ``setup="tuned"`` the ``qkv`` weight counts as one dense kernel. Nesterov Adam: the q / k / v /
+        output kernels (3-D in Flax), the other biases and the LayerNorms.
+        """
+        muon: list[tuple[torch.Tensor, str]] = [(self.tok_emb.weight, "embedding"), (self.pos_emb.weight, "embedding"),
+                                                (self.head.weight, "dense")]
+        for block in self.blocks:
+            muon += [(block.ff1.weight, "dense"), (block.ff2.weight, "dense")]
+            if block.reference:
+                muon += [(lin.bias, f"heads:{self.n_heads}") for lin in (block.q, block.k, block.v)]
+            else:
+                muon.append((block.qkv.weight, "dense"))
+        chosen = {id(p) for p, _ in muon}
+        adam = [p for p in self.parameters() if id(p) not in chosen]
+        return [{"params": [p for p, _ in muon], "muon": True, "layouts": [lay for _, lay in muon]},
+                {"params": adam, "muon": False}]
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
@@ -494,6 +576,7 @@ class TransformerPolicy(CategoricalPolicy):
             n_heads=self.n_heads,
             d_ff=self.d_ff,
             muon_on_embeddings=self.muon_on_embeddings,
+            setup=self.setup,
         )
         return data
 
