@@ -173,3 +173,71 @@ def test_reference_setup_learns_saves_and_loads(tmp_path: Path) -> None:
 def test_unknown_setup_names_the_choices() -> None:
     with pytest.raises(ValueError, match="setup.*reference"):
         _agent(setup="jax")
+
+
+# ---------------------------------------------------------------------------------------------
+# MNIST-style single-sample variants of the reference code
+# ---------------------------------------------------------------------------------------------
+def test_mlp_reference_initialisation() -> None:
+    from tpo_gym.agents.policies import MlpPolicy
+
+    space = gym.spaces.Box(0.0, 1.0, (784,))
+    policy = MlpPolicy(space, gym.spaces.Discrete(10), lambda _: 1e-3, setup="reference")
+    first = policy.net[0]
+    assert torch.count_nonzero(first.bias) == 0
+    assert first.weight.std().item() == pytest.approx(784 ** -0.5, rel=0.05)
+    assert first.weight.abs().max().item() <= 2 * 784 ** -0.5 / 0.87962566103423978 + 1e-6
+    tuned = MlpPolicy(space, gym.spaces.Discrete(10), lambda _: 1e-3)
+    assert torch.count_nonzero(tuned.net[0].bias) > 0
+    with pytest.raises(ValueError, match="setup"):
+        MlpPolicy(space, gym.spaces.Discrete(10), lambda _: 1e-3, setup="flax")
+
+
+def _one_update(agent: object) -> dict:
+    """Run one iteration and return what ``prepare`` computed from its batch."""
+    seen: dict = {}
+    original = agent.prepare
+
+    def spy(batch: object, old: torch.Tensor) -> tuple:
+        fixed, diag = original(batch, old)
+        seen.update(batch=batch, old=old, fixed=fixed)
+        return fixed, diag
+
+    agent.prepare = spy
+    agent.learn(agent.steps_per_iteration)
+    return seen
+
+
+def test_standardized_baseline_is_the_batch_z_score() -> None:
+    from tpo_gym import REINFORCE
+
+    agent = REINFORCE("MlpPolicy", gym.make("tpo_gym/MNISTBandit-v0", split="train"), batch_size=32, seed=0,
+                      baseline="standardized")
+    seen = _one_update(agent)
+    r = seen["batch"].credited_rewards()
+    want = (r - r.mean(dim=0)) / (r.std(dim=0, correction=0) + 1e-8)
+    torch.testing.assert_close(seen["fixed"]["adv"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_dg_expected_baseline_and_single_candidate_group_pg() -> None:
+    from tpo_gym import DG, GroupPG
+
+    env = gym.make("tpo_gym/MNISTBandit-v0", split="train")
+    dg = DG("MlpPolicy", env, batch_size=32, seed=0, baseline="expected")
+    seen = _one_update(dg)
+    batch = seen["batch"]
+    want = batch.credited_rewards() - batch.logp_old.exp().pow(2).sum(dim=-1)
+    torch.testing.assert_close(seen["fixed"]["adv"], want)
+
+    gpg = GroupPG("MlpPolicy", env, batch_size=32, seed=0, candidates="single")
+    seen = _one_update(gpg)
+    batch, u = seen["batch"], seen["fixed"]["u"]
+    probs = batch.logp_old.exp()
+    a = batch.actions.long()
+    adv = batch.rewards - probs.pow(2).sum(dim=-1)
+    # z-score over the 10 classes of A * onehot(a), at the sampled class: (A - A/10) / (|A| * 3/10) = 3 sign(A)
+    at_sampled = u.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(at_sampled, 3.0 * torch.sign(adv), rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(u) == torch.count_nonzero(adv)  # only the sampled class carries a weight
+    with pytest.raises(ValueError, match="baseline"):
+        DG("MlpPolicy", env, baseline="standardized")

@@ -534,6 +534,26 @@ class GroupAlgorithm(BaseAlgorithm):
         """Whether the rollouts must also score completions under a frozen reference model."""
         return False
 
+    @staticmethod
+    def single_candidate_scores(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """Scores over *all* actions from one sampled action per state (``candidates="single"``).
+
+        ``s = A onehot(a)`` with ``A = r - sum_k pi_old(k)^2``
+        (:func:`~tpo_gym.objectives.onehot_advantage_scores`), shaped ``[N, T, n_actions]``, with the
+        validity mask of the valid steps and the all-fail / any-success diagnostics of the rewards.
+        """
+        from tpo_gym.objectives import onehot_advantage_scores
+
+        n, t, n_actions = batch.logp_old.shape
+        scores = onehot_advantage_scores(
+            batch.actions.reshape(-1), batch.rewards.reshape(-1), batch.logp_old.exp().reshape(-1, n_actions)
+        ).reshape(n, t, n_actions)
+        mask = None if batch.step_mask is None else batch.step_mask.unsqueeze(-1).expand(n, t, n_actions)
+        step_mask = None if batch.step_mask is None else batch.step_mask.unsqueeze(-1)
+        diagnostics = GroupAlgorithm.group_diagnostics(batch.rewards.unsqueeze(-1), step_mask)
+        diagnostics.pop("zero_variance_fraction")
+        return scores, mask, diagnostics
+
     def group_scores(self, batch: RolloutBatch | TextBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Scores of the groups and their validity mask, shaped like :meth:`view`."""
         if isinstance(batch, TextBatch):

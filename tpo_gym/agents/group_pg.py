@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from stable_baselines3.common.type_aliases import GymEnv
 
-from tpo_gym._validation import check_float
-from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym._validation import check_choice, check_float
+from tpo_gym.agents.base import GroupAlgorithm, Grouping
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import group_pg_loss, standardize_scores
@@ -24,17 +24,35 @@ class GroupPG(GroupAlgorithm):
     :class:`~tpo_gym.agents.TPO` (``level="token"``: K candidates per state; ``"sequence"``: K
     rollouts per context).
 
+    ``GroupPG(candidates="single")`` is the reference code's Group PG on MNIST (docs/method.md
+    section 4b): one sampled action per context, the one-hot scores ``s = A onehot(a)`` of
+    ``TPO(candidates="single")`` z-scored over all actions, and the weight of the sampled action
+    only: loss ``-mean_b (u_{b,a_b} / eta) log pi(a_b)``.
+
     :param eta: temperature of the weights ``u / eta``, > 0 (default 1).
+    :param candidates: ``"sampled"`` (K candidates / rollouts per context, default) or ``"single"``.
     """
 
     def __init__(
-        self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, eta: float = 1.0, **kwargs: Any
+        self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, eta: float = 1.0,
+        candidates: str = "sampled", **kwargs: Any
     ) -> None:
         self.eta = check_float("eta", eta, 0.0, strict_min=True)
+        self.candidates = check_choice("candidates", candidates, ("sampled", "single"))
         super().__init__(policy, env, **kwargs)
 
+    def _grouping(self, native: bool) -> Grouping:
+        if self.candidates == "single":
+            return Grouping("actions")
+        return super()._grouping(native)
+
     def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
-        """Standardised scores ``u`` of every group."""
+        """Standardised scores ``u`` of every group (``"single"``: kept at the sampled action only)."""
+        if self.candidates == "single":
+            scores, mask, diagnostics = self.single_candidate_scores(batch)
+            u = standardize_scores(scores, mask)
+            sampled = torch.nn.functional.one_hot(batch.actions.long(), scores.shape[-1]).to(u.dtype)
+            return {"u": u * sampled, "mask": mask}, diagnostics
         scores, mask = self.group_scores(batch)
         return {"u": standardize_scores(scores, mask), "mask": mask}, self.group_diagnostics(scores, mask)
 

@@ -332,6 +332,8 @@ class MlpPolicy(CategoricalPolicy):
     :param activation_fn: activation class (default ``nn.ReLU``).
     :param optimizer_class: optimiser class (default ``torch.optim.Adam``).
     :param optimizer_kwargs: extra optimiser keyword arguments.
+    :param setup: ``"tuned"`` (default: PyTorch's ``Linear`` initialisation) or ``"reference"``
+        (the reference code's Flax defaults, docs/method.md section 4b: LeCun-normal kernels, zero biases).
     """
 
     def __init__(
@@ -343,12 +345,17 @@ class MlpPolicy(CategoricalPolicy):
         activation_fn: type[nn.Module] = nn.ReLU,
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
+        setup: str = "tuned",
     ) -> None:
+        from tpo_gym._validation import check_choice
+
+        setup = check_choice("setup", setup, SETUPS)
         if not isinstance(observation_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
             raise ValueError(
                 f"MlpPolicy supports Box, Discrete, MultiDiscrete and MultiBinary observations, got {observation_space}"
             )
         super().__init__(observation_space, action_space, lr_schedule, optimizer_class, optimizer_kwargs)
+        self.setup = setup
         self.net_arch = [int(w) for w in net_arch]
         if any(w < 1 for w in self.net_arch):
             raise ValueError(f"net_arch widths must be >= 1, got {list(net_arch)}")
@@ -360,11 +367,18 @@ class MlpPolicy(CategoricalPolicy):
             in_dim = width
         layers.append(nn.Linear(in_dim, self.n_actions))
         self.net = nn.Sequential(*layers)
+        if self.setup == "reference":
+            from tpo_gym.agents.reference_setup import lecun_normal_
+
+            for layer in self.net:
+                if isinstance(layer, nn.Linear):
+                    lecun_normal_(layer.weight)
+                    nn.init.zeros_(layer.bias)
         self._build_optimizer(lr_schedule)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(net_arch=self.net_arch, activation_fn=self.activation_fn)
+        data.update(net_arch=self.net_arch, activation_fn=self.activation_fn, setup=self.setup)
         return data
 
     def action_logits(self, obs: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from tpo_gym._validation import check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
-from tpo_gym.objectives import batch_baseline_advantages, dg_loss, ppo_loss, reinforce_loss
+from tpo_gym.objectives import batch_baseline_advantages, dg_loss, grpo_advantages, ppo_loss, reinforce_loss
 
 __all__ = ["PPO", "REINFORCE", "DG"]
 
@@ -29,9 +29,27 @@ class _SingleSample(GroupAlgorithm):
     sampling: ClassVar[str] = "single"
     fixed_params: ClassVar[dict[str, Any]] = {"level": "auto"}
 
+    #: the advantage baselines this method accepts (``baseline=``)
+    baselines: ClassVar[tuple[str, ...]] = ("batch",)
+    baseline: str = "batch"
+
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """``A_t = r_t - mean_b r_{b,t}`` over the batch, per position (credited rewards)."""
-        return batch_baseline_advantages(batch.credited_rewards(), batch.step_mask)
+        r"""The advantages of ``self.baseline``, per position (credited rewards :math:`r`):
+
+        * ``"batch"``: :math:`A_t = r_t - \mathrm{mean}_b\, r_{b,t}`;
+        * ``"expected"``: :math:`A_t = r_t - \sum_k \pi_{old}(k)^2` (the expected reward of a
+          one-correct-answer task);
+        * ``"standardized"``: :math:`A_t = (r_t - \mathrm{mean}_b r_{b,t}) / (\sigma_b(r_{\cdot,t}) + 10^{-8})`
+          (population std over the batch; 0 where every reward is equal).
+        """
+        rewards = batch.credited_rewards()
+        if self.baseline == "expected":
+            adv = rewards - batch.logp_old.exp().pow(2).sum(dim=-1)
+            return adv if batch.step_mask is None else adv * batch.step_mask
+        if self.baseline == "standardized":
+            mask = None if batch.step_mask is None else batch.step_mask.T.bool()
+            return grpo_advantages(rewards.T, mask).T
+        return batch_baseline_advantages(rewards, batch.step_mask)
 
     def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
         """Advantages and the rollout-time log-probs of the behaviour actions."""
@@ -70,25 +88,22 @@ class REINFORCE(_SingleSample):
 
     ``baseline="batch"`` (default): ``A_t = r_t - mean_b r_{b,t}``; ``baseline="expected"``:
     ``A_t = r_t - sum_k pi_old(k)^2``, the expected reward of a one-correct-answer task (the paper's
-    PG on MNIST). One full-batch step per batch by default.
+    PG on MNIST); ``baseline="standardized"``: rewards z-scored over the batch, which is what the
+    reference code runs as "GRPO" on MNIST (docs/method.md section 4b). One full-batch step per
+    batch by default.
 
     :param n_epochs: full-batch steps per batch (default 1).
-    :param baseline: ``"batch"`` or ``"expected"``.
+    :param baseline: ``"batch"``, ``"expected"`` or ``"standardized"``.
     """
+
+    baselines: ClassVar[tuple[str, ...]] = ("batch", "expected", "standardized")
 
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, n_epochs: int = 1,
         baseline: str = "batch", **kwargs: Any,
     ) -> None:
-        self.baseline = check_choice("baseline", baseline, ("batch", "expected"))
+        self.baseline = check_choice("baseline", baseline, self.baselines)
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
-
-    def advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """Batch-mean or expected-reward baseline."""
-        if self.baseline == "batch":
-            return super().advantages(batch)
-        adv = batch.credited_rewards() - batch.logp_old.exp().pow(2).sum(dim=-1)
-        return adv if batch.step_mask is None else adv * batch.step_mask
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.reinforce_loss`."""
@@ -98,18 +113,23 @@ class REINFORCE(_SingleSample):
 class DG(_SingleSample):
     """Delightful Policy Gradient (Osband 2026): REINFORCE gated by ``sigmoid(A * surprisal / eta)``.
 
-    Loss :func:`~tpo_gym.objectives.dg_loss` with ``A_t = r_t - mean_b r_{b,t}``; **one** optimiser
-    step per batch by default (more epochs diverge, DG paper Appendix E).
+    Loss :func:`~tpo_gym.objectives.dg_loss` with ``A_t = r_t - mean_b r_{b,t}`` (``baseline="batch"``,
+    default) or ``A_t = r_t - sum_k pi_old(k)^2`` (``baseline="expected"``, the reference code's DG on
+    MNIST); **one** optimiser step per batch by default (more epochs diverge, DG paper Appendix E).
 
     :param n_epochs: full-batch steps per batch (default 1).
     :param eta: gate temperature > 0 (default 1).
+    :param baseline: ``"batch"`` or ``"expected"``.
     """
+
+    baselines: ClassVar[tuple[str, ...]] = ("batch", "expected")
 
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, n_epochs: int = 1,
-        eta: float = 1.0, **kwargs: Any,
+        eta: float = 1.0, baseline: str = "batch", **kwargs: Any,
     ) -> None:
         self.eta = check_float("eta", eta, 0.0, strict_min=True)
+        self.baseline = check_choice("baseline", baseline, self.baselines)
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:

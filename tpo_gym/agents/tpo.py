@@ -12,7 +12,7 @@ from tpo_gym.agents.base import GroupAlgorithm, Grouping
 from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
-from tpo_gym.objectives import onehot_advantage_scores, standardize_scores, tpo_loss, tpo_target
+from tpo_gym.objectives import standardize_scores, tpo_loss, tpo_target
 
 __all__ = ["TPO"]
 
@@ -80,14 +80,7 @@ class TPO(GroupAlgorithm):
     def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
         """Scores, z-scores ``u`` and the frozen target ``q`` of every group."""
         if self.candidates == "single":
-            n, t, n_actions = batch.logp_old.shape
-            scores = onehot_advantage_scores(
-                batch.actions.reshape(-1), batch.rewards.reshape(-1), batch.logp_old.exp().reshape(-1, n_actions)
-            ).reshape(n, t, n_actions)
-            mask = None if batch.step_mask is None else batch.step_mask.unsqueeze(-1).expand(n, t, n_actions)
-            step_mask = None if batch.step_mask is None else batch.step_mask.unsqueeze(-1)
-            diagnostics = self.group_diagnostics(batch.rewards.unsqueeze(-1), step_mask)
-            diagnostics.pop("zero_variance_fraction")
+            scores, mask, diagnostics = self.single_candidate_scores(batch)
         else:
             scores, mask = self.group_scores(batch)
             diagnostics = self.group_diagnostics(scores, mask)
