@@ -108,3 +108,13 @@ def test_agent_diagnostics_figures(agent_bench: Path) -> None:
     # token-level groups score 0 or 1: the any-success fraction is 1 - the all-fail fraction
     assert "curves_any_success_fraction.png" not in names and "not drawn separately" in report
     assert "One panel per method" in report and "Solid: candidates that beat their group's mean" in report
+
+
+def test_method_policy_kwargs_merge_with_the_settings() -> None:
+    import gymnasium as gym
+
+    env = gym.make("tpo_gym/TokenReversal-v0")
+    params = {"agent_kwargs": {"batch_size": 8, "group_size": 2, "policy_kwargs": {"d_ff": 128}}}
+    model = make_agent("TPO", env, 0, params, {"policy_kwargs": {"setup": "reference"}, "learning_rate": 1e-3})
+    assert model.policy.setup == "reference" and model.policy.d_ff == 128 and model.policy.n_heads == 2
+    assert params["agent_kwargs"]["policy_kwargs"] == {"d_ff": 128}  # the preset data is not changed

@@ -90,14 +90,18 @@ def make_agent(
     ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
     learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
     class ``tpo_gym.<algo>``; ``params["policy"]`` (default :data:`DEFAULT_POLICY` of the kind) is
-    its policy argument. ``env`` is a Gymnasium env instance.
+    its policy argument. ``env`` is a Gymnasium env instance. ``policy_kwargs`` of the two are merged
+    key by key (a method can add ``{"setup": "reference"}`` to the setting's policy settings).
     """
     import tpo_gym
 
     if algo not in AGENT_ALGOS:
         raise ValueError(f"unknown agent {algo!r}; known: {', '.join(AGENT_ALGOS)}")
     cls = getattr(tpo_gym, algo)
-    kwargs = {**params.get("agent_kwargs", {}), **method_kwargs}
+    shared = params.get("agent_kwargs", {})
+    kwargs = {**shared, **method_kwargs}
+    if "policy_kwargs" in shared and "policy_kwargs" in method_kwargs:
+        kwargs["policy_kwargs"] = {**shared["policy_kwargs"], **method_kwargs["policy_kwargs"]}
     return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, **kwargs)
 
 
