@@ -180,3 +180,24 @@ def test_presets_listing_reads_only(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert os.listdir(tmp_path) == []
     preset = json.loads(available_presets()["quick"].read_text())
     assert preset["name"] == "quick"
+
+
+# ---------------------------------------------------------------------------------------------
+# --device
+# ---------------------------------------------------------------------------------------------
+def test_device_is_checked_early_and_recorded(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                              small_preset: Path) -> None:
+    import torch
+
+    code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--device", "tpu", "--out",
+                                 str(tmp_path / "a")])
+    assert code == 2 and "usage: tpo-gym bench" in err and "'tpu'" in err and "cuda:N" in err
+    if not torch.cuda.is_available():
+        code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--device", "cuda", "--out",
+                                     str(tmp_path / "b")])
+        assert code == 2 and "CUDA is not available" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    code, _, _ = _run(capsys, ["bench", "--preset", str(small_preset), "--device", "cpu", "--no-progress",
+                               "--out", str(tmp_path / "c")])
+    assert code == 0
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["device"] == "cpu"

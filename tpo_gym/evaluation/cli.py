@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--list", action="store_true",
                        help="print the selected settings, methods, runs and estimated cost, then exit")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--device", default="cpu",
+                       help="torch device of the agents: cpu (default), cuda, cuda:N or auto")
 
     report = sub.add_parser("report", help="rebuild the report of a bench output directory from its stored runs",
                             formatter_class=fmt,
@@ -275,8 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {', '.join(sorted(written))} in {target}")
         return 0
 
-    from tpo_gym.evaluation.runner import BackendError, bench, require_ray
+    from tpo_gym.evaluation.runner import BackendError, bench, check_device, require_ray
 
+    try:
+        check_device(args.device)
+    except ValueError as exc:
+        subs["bench"].error(f"--device: {exc}")
     try:
         preset = load_preset(args.preset)
         if args.settings or args.methods:
@@ -297,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
-                        command=command, progress=not args.no_progress)
+                        command=command, progress=not args.no_progress, device=args.device)
         build_report(out)
     except OSError as exc:
         _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)

@@ -83,7 +83,8 @@ DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy", "llm": "Ca
 
 
 def make_agent(
-    algo: str, env: Any, seed: int, params: dict[str, Any], method_kwargs: dict[str, Any], kind: str = "token"
+    algo: str, env: Any, seed: int, params: dict[str, Any], method_kwargs: dict[str, Any], kind: str = "token",
+    device: str = "cpu",
 ) -> Any:
     """Build the agent of one run: the single mapping from preset data to agent arguments.
 
@@ -102,7 +103,7 @@ def make_agent(
     kwargs = {**shared, **method_kwargs}
     if "policy_kwargs" in shared and "policy_kwargs" in method_kwargs:
         kwargs["policy_kwargs"] = {**shared["policy_kwargs"], **method_kwargs["policy_kwargs"]}
-    return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, **kwargs)
+    return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, device=device, **kwargs)
 
 
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
@@ -127,7 +128,8 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
     p = spec["params"]
     env = _make_env(p["env_id"], p.get("env_kwargs", {}))
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="token")
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="token",
+                       device=spec.get("device", "cpu"))
     model.learn(int(p["episodes"]) * int(model.steps_per_iteration))
     return _history_rows(model.history)
 
@@ -148,7 +150,8 @@ def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
     steps, every = int(p["steps"]), int(p.get("eval_every", 200))
     test_x, test_y = load_mnist("test")
     env = _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})})
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="mnist")
+    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="mnist",
+                       device=spec.get("device", "cpu"))
     rows = [{"step": 0, "test_error": _greedy_error(model, test_x, test_y)}]
     done = 0
     while done < steps:
@@ -206,12 +209,13 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
     ckpt = Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None
     cls = getattr(tpo_gym, spec["algo"])
     if ckpt is not None and (ckpt / "rows.json").is_file() and (ckpt / "agent").is_dir():
-        model = cls.load(ckpt / "agent", env=env)
+        model = cls.load(ckpt / "agent", env=env, device=spec.get("device", "cpu"))
         rows = read_json(ckpt / "rows.json")["rows"]
     else:
         params = {**p, "policy": "CausalLMPolicy",
                   "agent_kwargs": {**p.get("agent_kwargs", {}), "policy_kwargs": p.get("policy_kwargs", {})}}
-        model = make_agent(spec["algo"], env, spec["seed"], params, spec["method_kwargs"], kind="llm")
+        model = make_agent(spec["algo"], env, spec["seed"], params, spec["method_kwargs"], kind="llm",
+                           device=spec.get("device", "cpu"))
         rows = [{"step": 0, **_held_out_accuracy(model, test_env, eval_size)}]
     by_step = {r["step"]: r for r in rows}
     done = len(model.history)

@@ -126,6 +126,22 @@ def _run_ray(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, An
             ray.shutdown()
 
 
+def check_device(device: Any) -> str:
+    """``device`` if torch can use it here, else ``ValueError`` naming it and what is allowed."""
+    import torch
+
+    text = str(device)
+    if text in ("cpu", "auto"):
+        return text
+    if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {text!r}: CUDA is not available on this machine (allowed here: 'cpu', 'auto')")
+        if text.startswith("cuda:") and int(text[5:]) >= torch.cuda.device_count():
+            raise ValueError(f"device {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return text
+    raise ValueError(f"device must be 'cpu', 'auto', 'cuda' or 'cuda:N', got {device!r}")
+
+
 def bench(
     preset: Preset,
     out: str | os.PathLike[str],
@@ -134,6 +150,7 @@ def bench(
     backend: str = "local",
     command: str | None = None,
     progress: bool = True,
+    device: str = "cpu",
 ) -> BenchSummary:
     """Run every missing run of ``preset`` and store it under ``out`` (the report is built separately).
 
@@ -141,7 +158,11 @@ def bench(
     :param workers: parallel runs (local worker processes, or Ray CPUs when Ray is started here).
     :param backend: ``"local"`` (``ProcessPoolExecutor``, spawn context) or ``"ray"``.
     :param command: the command line recorded in the manifest.
+    :param device: torch device of every run's agent (``"cpu"``, the default and what CI tests;
+        ``"cuda"``, ``"cuda:N"`` or ``"auto"``). Not part of a run's identity: a run finished on one
+        device is not rerun on another.
     """
+    device = check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers < 1:
@@ -156,7 +177,7 @@ def bench(
     manifest_path = out / "manifest.json"
     manifest = read_json(manifest_path) if manifest_path.is_file() else {"invocations": []}
     manifest.update(preset=preset.data, preset_source=preset.source, seeds=n_seeds,
-                    command=command or " ".join(sys.argv), backend=backend, workers=workers)
+                    command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
@@ -169,7 +190,8 @@ def bench(
         from tqdm.auto import tqdm
 
         # long runs (kind "llm") checkpoint under OUT/checkpoints/<run_id>/ and resume from there
-        specs = [{**r.to_dict(), "checkpoint_dir": str((out / "checkpoints" / r.run_id).resolve())} for r in todo]
+        specs = [{**r.to_dict(), "checkpoint_dir": str((out / "checkpoints" / r.run_id).resolve()),
+                  "device": device} for r in todo]
         stream = (_run_local if backend == "local" else _run_ray)(specs, workers)
         bar = tqdm(total=len(todo), desc=f"{preset.name} runs", unit="run", disable=not progress,
                    initial=0, dynamic_ncols=True)
