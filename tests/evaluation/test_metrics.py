@@ -91,3 +91,15 @@ def test_bootstrap_se_of_steps_to_threshold() -> None:
 )
 def test_paper_agrees(ours, se, paper, dash, expected) -> None:
     assert M.paper_agrees(ours, se, paper, dash) is expected
+
+
+def test_per_seed_steps_to_threshold_reads_each_seed_alone() -> None:
+    import numpy as np
+
+    from tpo_gym.evaluation.metrics import per_seed_steps_to_threshold, steps_to_threshold
+
+    curves = np.array([[0.5, 0.2, 0.05, 0.01], [0.5, 0.5, 0.5, 0.5], [0.04, 0.5, np.nan, 0.01]])
+    got = per_seed_steps_to_threshold(curves, 0.1, steps=[0, 10, 20, 30])
+    assert got.tolist() == [20.0, float("inf"), 0.0]
+    # the seed mean never drops below 0.1 although two of three seeds do
+    assert steps_to_threshold(curves, 0.1, [0, 10, 20, 30]) is None

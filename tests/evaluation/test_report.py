@@ -378,3 +378,14 @@ def test_report_text_comes_from_the_packaged_preset_when_the_runs_match(tmp_path
     assert "an old" not in text and "docs/method.md section 3" in text
     assert "Fig. 3b: TPO maintains the lowest misalignment" in text
     assert "1 more claim(s) of the full preset" in text  # Fig. 3a compares with GRPO and PG, not run here
+
+
+def test_per_seed_steps_to_threshold_table_and_figure(claims_report: Path) -> None:
+    text = (claims_report / "report.md").read_text()
+    section = text.split("### Per seed: steps to error < 0.01")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    assert {"TPO", "DG", "PG"} <= set(rows)
+    assert "n/a" in rows["DG"]  # the multi-context setting runs TPO only
+    assert "[" in rows["TPO"] and "–" in rows["TPO"]
+    assert (claims_report / "seeds_steps_to_1pct.png").is_file()
+    assert "![per-seed steps to error < 0.01](seeds_steps_to_1pct.png)" in text

@@ -528,6 +528,91 @@ def _fig_weights(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dic
     return Figure(path.name, "winners vs losers", caption)
 
 
+def _fig_seed_steps(preset: Preset, cells: dict[tuple[str, str], Cell], metric: dict[str, Any],
+                    colors: dict[str, str], path: Path) -> Figure | None:
+    """Per-seed steps to the threshold, one dot per seed, beside the seed-mean crossing (a black bar)."""
+    key, thr = metric.get("key", "error"), float(metric["threshold"])
+    settings = _settings_with(preset, cells, (key,))
+    if not settings:
+        return None
+    fig, axes = _new_figure(len(settings))
+    rng = np.random.default_rng(0)
+    handles: dict[str, Any] = {}
+    never_any = False
+    for ax, setting in zip(axes, settings, strict=True):
+        methods = [m for m in colors if (m, setting) in cells and cells[(m, setting)].rows]
+        top = 1.0
+        per: dict[str, tuple[np.ndarray, float | None, float]] = {}
+        for m in methods:
+            steps, mat = cells[(m, setting)].matrix(key)
+            if not mat.size:
+                continue
+            per[m] = (M.per_seed_steps_to_threshold(mat, thr, steps), M.steps_to_threshold(mat, thr, steps),
+                      float(np.max(steps)))
+            top = max(top, per[m][2])
+        never_y = top * 1.15
+        for x, m in enumerate(per):
+            values, crossing, _ = per[m]
+            jitter = rng.uniform(-0.18, 0.18, values.size)
+            reached = np.isfinite(values)
+            handles[m] = ax.scatter(x + jitter[reached], values[reached], s=18, color=colors[m], alpha=0.8, gid=m)
+            if (~reached).any():
+                never_any = True
+                ax.scatter(x + jitter[~reached], np.full((~reached).sum(), never_y), s=22, facecolors="none",
+                           edgecolors=colors[m], gid=m)
+            if crossing is not None:
+                ax.hlines(crossing, x - 0.32, x + 0.32, color="black", lw=1.6)
+        ax.set_xticks(range(len(per)), list(per), fontsize=8, rotation=20)
+        finite = [v for vals, _, _ in per.values() for v in vals[np.isfinite(vals)] if v > 0]
+        if finite and max(finite) / max(min(finite), 1e-9) > 20:
+            ax.set_yscale("log")
+        ax.axhline(never_y, color="grey", lw=0.6, ls=":")
+        if never_any:
+            ax.text(len(per) - 0.5, never_y, "never", ha="right", va="bottom", fontsize=7, color="grey")
+        ax.set_title(setting, fontsize=10)
+        ax.set_ylabel(f"steps to {key} < {thr:g}", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    order = [m for m in colors if m in handles]
+    _save(fig, path, [handles[m] for m in order], order, f"per-seed steps to {key} < {thr:g}")
+    caption = (f"One dot per seed: the first step at which that seed's own {key} is below {thr:g}; the black bar "
+               "is the step at which the seed-mean curve first is (the table's value). Plateau lengths are "
+               "heavy-tailed: a few slow seeds can put the seed-mean crossing far above the typical seed.")
+    if never_any:
+        caption += " Open circles on the dotted line: seeds that never got there within the run."
+    return Figure(path.name, f"per-seed steps to {key} < {thr:g}", caption)
+
+
+def _seed_steps_table(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """Median and quartiles of the per-seed steps to each threshold, and how many seeds never got there."""
+    md: list[str] = []
+    for metric in preset.metrics:
+        if metric["type"] != "steps_to_threshold":
+            continue
+        key, thr = metric.get("key", "error"), float(metric["threshold"])
+        settings = [s["name"] for s in preset.settings]
+        md += [f"### Per seed: steps to {key} < {thr:g}\n", "| Method | " + " | ".join(settings) + " |",
+               "|---|" + "---|" * len(settings)]
+        for method in [m["name"] for m in preset.methods]:
+            texts = []
+            for setting in settings:
+                cell = cells.get((method, setting))
+                steps, mat = cell.matrix(key) if cell is not None and cell.rows else (None, np.empty(0))
+                if not mat.size:
+                    texts.append("n/a")
+                    continue
+                values = M.per_seed_steps_to_threshold(mat, thr, steps)
+                never = int(np.sum(~np.isfinite(values)))
+                # quartiles with "never" as +inf: a quartile that lands on a never-seed reads "never"
+                q1, med, q3 = (float(np.quantile(values, q, method="lower")) for q in (0.25, 0.5, 0.75))
+                fmt = lambda v: "never" if not math.isfinite(v) else f"{v:.0f}"  # noqa: E731
+                texts.append(f"{fmt(med)} [{fmt(q1)}–{fmt(q3)}]"
+                             + (f", never {never}/{values.size}" if never else ""))
+            md.append(f"| {method} | " + " | ".join(texts) + " |")
+        md += ["", "Cells: **median [lower quartile – upper quartile]** of the per-seed steps (each seed's own first "
+               "step below the threshold), and the seeds that never got there.\n"]
+    return md
+
+
 def _complementary(cells: dict[tuple[str, str], Cell], a: str, b: str) -> bool:
     """Whether ``a == 1 - b`` wherever both are logged (then plotting ``a`` only repeats ``b``)."""
     seen = False
@@ -577,6 +662,11 @@ def _figures(preset: Preset, cells: dict[tuple[str, str], Cell], out: Path, n_se
                 fig.caption = f"Fraction of groups per step. {fig.caption}"
         if fig is not None:
             figures.append(fig)
+    for metric in preset.metrics:
+        if metric["type"] == "steps_to_threshold":
+            fig = _fig_seed_steps(preset, cells, metric, colors, out / f"seeds_{metric['id']}.png")
+            if fig is not None:
+                figures.append(fig)
     return figures
 
 
@@ -896,7 +986,7 @@ def build_report(out: str | Path) -> dict[str, Path]:
     figures = _figures(preset, cells, out, n_seeds)
     for fig in figures:
         written[fig.name] = out / fig.name
-    for stale in out.glob("curves_*.png"):  # figures of an earlier layout of this report
+    for stale in [*out.glob("curves_*.png"), *out.glob("seeds_*.png")]:  # figures of an earlier layout
         if stale.name not in written:
             stale.unlink()
 
@@ -933,6 +1023,7 @@ def build_report(out: str | Path) -> dict[str, Path]:
     md += _setup(preset, manifest, cells, n_seeds, from_jsonl)
     md += _terms(preset, present)
     md += _results(preset, cells, values, n_seeds)
+    md += _seed_steps_table(preset, cells)
     md += _claims(preset, full_methods, cells, values)
     notes = preset.data.get("notes", [])
     if notes:
