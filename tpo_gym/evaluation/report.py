@@ -551,13 +551,14 @@ def _fig_seed_steps(preset: Preset, cells: dict[tuple[str, str], Cell], metric: 
                       float(np.max(steps)))
             top = max(top, per[m][2])
         never_y = top * 1.15
+        panel_never = False
         for x, m in enumerate(per):
             values, crossing, _ = per[m]
             jitter = rng.uniform(-0.18, 0.18, values.size)
             reached = np.isfinite(values)
             handles[m] = ax.scatter(x + jitter[reached], values[reached], s=18, color=colors[m], alpha=0.8, gid=m)
             if (~reached).any():
-                never_any = True
+                never_any = panel_never = True
                 ax.scatter(x + jitter[~reached], np.full((~reached).sum(), never_y), s=22, facecolors="none",
                            edgecolors=colors[m], gid=m)
             if crossing is not None:
@@ -566,9 +567,10 @@ def _fig_seed_steps(preset: Preset, cells: dict[tuple[str, str], Cell], metric: 
         finite = [v for vals, _, _ in per.values() for v in vals[np.isfinite(vals)] if v > 0]
         if finite and max(finite) / max(min(finite), 1e-9) > 20:
             ax.set_yscale("log")
-        ax.axhline(never_y, color="grey", lw=0.6, ls=":")
-        if never_any:
-            ax.text(len(per) - 0.5, never_y, "never", ha="right", va="bottom", fontsize=7, color="grey")
+        ax.set_xlim(-0.6, len(per) - 0.4)
+        if panel_never:
+            ax.axhline(never_y, color="grey", lw=0.6, ls=":")
+            ax.text(-0.55, never_y, "never", ha="left", va="bottom", fontsize=7, color="grey")
         ax.set_title(setting, fontsize=10)
         ax.set_ylabel(f"steps to {key} < {thr:g}", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
