@@ -389,3 +389,39 @@ def test_per_seed_steps_to_threshold_table_and_figure(claims_report: Path) -> No
     assert "[" in rows["TPO"] and "–" in rows["TPO"]
     assert (claims_report / "seeds_steps_to_1pct.png").is_file()
     assert "![per-seed steps to error < 0.01](seeds_steps_to_1pct.png)" in text
+
+
+def test_claims_follow_a_higher_is_better_metric() -> None:
+    score = {"id": "score", "type": "final", "key": "mean_score", "better": "higher"}
+    values = {("score", "TPO", "gcd"): C.Stat(0.41, 0.1), ("score", "GRPO", "gcd"): C.Stat(0.5, 0.2)}
+    ran = {"gcd": ["TPO", "GRPO"]}
+
+    def verdict(check: dict) -> C.Verdict:
+        return C.evaluate_claim({"text": "t", "checks": [check]}, [score], ran,
+                                lambda metric, m, s: values.get((metric["id"], m, s)), R._fmt_stat)
+
+    best_tpo = verdict({"test": "best", "metric": "score", "method": "TPO"})
+    assert best_tpo.status == C.FAILS and "highest (TPO)" in best_tpo.evidence[0]
+    assert "GRPO 0.5" in best_tpo.evidence[0].split("TPO 0.41")[0]  # the best is listed first
+    assert verdict({"test": "best", "metric": "score", "method": "GRPO"}).status == C.HOLDS
+    assert verdict({"test": "worst", "metric": "score", "method": "TPO"}).status == C.HOLDS
+    assert verdict({"test": "order", "metric": "score", "methods": ["GRPO", "TPO"]}).status == C.HOLDS
+    assert verdict({"test": "above", "metric": "score", "method": "TPO", "value": 0.4}).status == C.HOLDS
+
+
+def test_final_metric_window_and_direction_are_validated(tmp_path: Path) -> None:
+    import numpy as np
+
+    from tpo_gym.evaluation import metrics as M
+    from tpo_gym.evaluation.presets import PresetError
+
+    curves = np.array([[0.0, 1.0, 2.0, np.nan, 4.0], [1.0, 1.0, 1.0, 1.0, 3.0]])
+    assert M.final_value(curves).tolist() == [4.0, 3.0]
+    assert M.final_value(curves, window=3).tolist() == [(1.0 + 2.0 + 4.0) / 3, (1.0 + 1.0 + 3.0) / 3]
+    bad = [{"id": "m", "type": "final", "key": "error", "better": "up"},
+           {"id": "m", "type": "steps_to_threshold", "key": "error", "threshold": 0.1, "window": 3},
+           {"id": "m", "type": "final", "key": "error", "window": 0}]
+    for metric in bad:
+        data = {**CLAIMS_PRESET, "metrics": [metric], "paper_claims": []}
+        with pytest.raises(PresetError, match="better|window"):
+            load_preset(str(write_preset(tmp_path, data)))

@@ -1,16 +1,18 @@
 """Check the paper's claims of a preset against the numbers of one benchmark run.
 
 A claim (``paper_claims`` of a preset) is ``{"text", "checks": [...]}``; each check compares this run's
-values of one metric across methods (or settings). Lower is better for every metric of the presets
-(errors, steps to a threshold, misalignment); a threshold never reached ranks as infinitely many steps.
+values of one metric across methods (or settings). Lower is better (errors, steps to a threshold,
+misalignment) unless the metric says ``"better": "higher"`` (scores, accuracies); a threshold never
+reached ranks as infinitely many steps. ``best`` / ``worst`` / ``order`` / ``worst_setting`` follow the
+metric's direction; ``below`` / ``above`` compare raw values.
 
 Tests (``check["test"]``):
 
 ``best`` / ``worst``
-    the named ``method`` (or ``methods``) have the lowest / highest values among ``among`` (default:
+    the named ``method`` (or ``methods``) have the best / worst values among ``among`` (default:
     every method of the setting that has data); ties count as holding.
 ``order``
-    the named ``methods`` are in non-decreasing order of the value.
+    the named ``methods`` are in order from best to worst.
 ``below`` / ``above``
     every named method's value is strictly below / above ``value``.
 ``never``
@@ -37,7 +39,7 @@ from typing import Any
 from tpo_gym.evaluation import metrics as M
 
 __all__ = ["HOLDS", "FAILS", "PARTLY", "UNTESTED", "Stat", "Verdict", "check_metric", "claim_methods",
-           "evaluate_claim", "mentioned_methods", "metric_label"]
+           "evaluate_claim", "higher_is_better", "mentioned_methods", "metric_label"]
 
 HOLDS, FAILS, PARTLY, UNTESTED = "holds", "does not hold", "holds where tested", "not tested here"
 
@@ -84,7 +86,14 @@ def metric_label(metric: Mapping[str, Any]) -> str:
     if metric["type"] == "ratio":
         return f"{words[0].upper() + words[1:]} last / first"
     unit = f" ({metric['unit']})" if metric.get("unit") else ""
-    return f"{'Initial' if metric['type'] == 'initial' else 'Final'} {words}{unit}"
+    window = int(metric.get("window", 1))
+    span = f", mean of the last {window} steps" if window > 1 else ""
+    return f"{'Initial' if metric['type'] == 'initial' else 'Final'} {words}{unit}{span}"
+
+
+def higher_is_better(metric: Mapping[str, Any]) -> bool:
+    """Whether larger values of ``metric`` are better (``"better": "higher"``; default lower)."""
+    return metric.get("better", "lower") == "higher"
 
 
 def check_metric(check: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -149,13 +158,18 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
     def show(method: str, stat: Stat) -> str:
         return f"{method} {fmt(stat, metric)}"
 
+    sign = -1.0 if higher_is_better(metric) else 1.0
+
+    def rank(stat: Stat) -> float:  # smaller is better, whatever the metric's direction
+        return sign * stat.rank
+
     if test == "worst_setting":
         (method,) = named
         stats = {s: cell(method, s) for s in settings}
         if any(v is None for v in stats.values()) or check["setting"] not in stats:
             return UNTESTED, [f"no data for {method} in every setting"]
-        worst = max(stats.values(), key=lambda v: v.rank).rank
-        ok = stats[check["setting"]].rank >= worst
+        worst = max(rank(v) for v in stats.values())
+        ok = rank(stats[check["setting"]]) >= worst
         line = f"{method}: " + ", ".join(f"{s} {fmt(v, metric)}" for s, v in stats.items())
         return (HOLDS if ok else FAILS), [line]
 
@@ -173,17 +187,17 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
             results.append(UNTESTED)
             continue
         stats = {m: v for m, v in stats.items() if v is not None}
-        shown = ", ".join(show(m, v) for m, v in sorted(stats.items(), key=lambda kv: kv[1].rank))
-        others = [v.rank for m, v in stats.items() if m not in named]
+        shown = ", ".join(show(m, v) for m, v in sorted(stats.items(), key=lambda kv: rank(kv[1])))
+        others = [rank(v) for m, v in stats.items() if m not in named]
         ok: bool | None
         if test == "best":
-            ok = None if not others else max(stats[m].rank for m in named) <= min(others)
+            ok = None if not others else max(rank(stats[m]) for m in named) <= min(others)
         elif test == "worst":
-            ok = None if not others else min(stats[m].rank for m in named) >= max(others)
+            ok = None if not others else min(rank(stats[m]) for m in named) >= max(others)
         elif test == "order":
-            ranks = [stats[m].rank for m in named]
+            ranks = [rank(stats[m]) for m in named]
             ok = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
-            shown = " ≤ ".join(show(m, stats[m]) for m in named)
+            shown = (" ≥ " if sign < 0 else " ≤ ").join(show(m, stats[m]) for m in named)
         elif test == "below":
             ok = all(stats[m].rank < float(check["value"]) for m in named)
             shown += f" (bound: below {check['value']:g})"
@@ -251,6 +265,7 @@ def _describe(check: Mapping[str, Any], metric: Mapping[str, Any]) -> str:
     label = metric_label(metric)
     what = label[0].lower() + label[1:]
     named = ", ".join(_named(check))
-    verb = {"best": "lowest", "worst": "highest", "order": "in this order", "below": "below", "above": "above",
-            "never": "never reached", "paper": "as in the paper", "worst_setting": f"highest at {check.get('setting')}"}
+    best, worst = ("highest", "lowest") if higher_is_better(metric) else ("lowest", "highest")
+    verb = {"best": best, "worst": worst, "order": "in this order", "below": "below", "above": "above",
+            "never": "never reached", "paper": "as in the paper", "worst_setting": f"{worst} at {check.get('setting')}"}
     return f"{what}, {verb[check['test']]} ({named})"

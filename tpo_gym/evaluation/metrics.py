@@ -93,16 +93,19 @@ def first_value(curves: np.ndarray) -> np.ndarray:
     return final_value(curves[..., ::-1])
 
 
-def final_value(curves: np.ndarray) -> np.ndarray:
-    """Per-seed last logged (non-``NaN``) value of a ``[n_seeds, n_steps]`` matrix (``NaN`` if none)."""
+def final_value(curves: np.ndarray, window: int = 1) -> np.ndarray:
+    """Per-seed last logged (non-``NaN``) value of a ``[n_seeds, n_steps]`` matrix (``NaN`` if none);
+    with ``window > 1`` the mean of each seed's last ``window`` logged values (a noisy per-step metric)."""
     curves = np.asarray(curves, dtype=float)
     if curves.ndim == 1:
         curves = curves[None, :]
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
     out = np.full(curves.shape[0], np.nan)
     for s, row in enumerate(curves):
         ok = np.flatnonzero(~np.isnan(row))
         if ok.size:
-            out[s] = row[ok[-1]]
+            out[s] = float(np.mean(row[ok[-window:]]))
     return out
 
 

@@ -11,7 +11,8 @@ the subset of methods run in this setting.
 (``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``), ``kwargs`` extra
 arguments of that method.
 ``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final" | "initial", "key", "threshold"?, "scale"?,
-"unit"?, "paper_dash"?}``; the first is the headline.
+"unit"?, "paper_dash"?, "better"?, "window"?}``; the first is the headline. ``better``: ``"lower"``
+(default) or ``"higher"`` (scores); ``window``: a final metric's per-seed mean over the last N logged values.
 ``paper`` -- ``{metric_id: {method: {setting: value}}}``: a number, ``"-"`` (the paper's dash:
 never reached / above ``paper_dash``), a bound ``">99"`` / ``"<2.3"``, or ``null`` (not reported).
 ``paper_claims`` (optional) -- the paper's statements, each checked against the run's numbers in the
@@ -359,6 +360,13 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             _fail(source, f"metric {mt['id']!r}: key must be a string")
         if mt["type"] == "steps_to_threshold" and not isinstance(mt.get("threshold"), int | float):
             _fail(source, f"metric {mt['id']!r}: steps_to_threshold needs a numeric threshold")
+        if mt.get("better", "lower") not in ("lower", "higher"):
+            _fail(source, f"metric {mt['id']!r}: better must be 'lower' or 'higher', got {mt.get('better')!r}")
+        window = mt.get("window", 1)
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1 or (
+                window > 1 and mt["type"] != "final"):
+            _fail(source, f"metric {mt['id']!r}: window must be an integer >= 1, and only final metrics take one; "
+                          f"got {window!r}")
         dash = mt.get("paper_dash", "never")
         if dash != "never" and not (isinstance(dash, str) and _PAPER_STR.match(dash) and dash != "-"):
             _fail(source, f"metric {mt['id']!r}: paper_dash must be 'never' or a bound like '>95'")

@@ -233,8 +233,11 @@ def _metric_value(cell: Cell, metric: dict[str, Any]) -> C.Stat:
         if ok.size == 0 or ok[0] == 0:
             return C.Stat(math.nan)
         return C.Stat(float(ok[-1] / ok[0]))
-    pick = M.first_value if metric["type"] == "initial" else M.final_value
-    finals = pick(mat) * float(metric.get("scale", 1.0))
+    if metric["type"] == "initial":
+        finals = M.first_value(mat)
+    else:
+        finals = M.final_value(mat, int(metric.get("window", 1)))
+    finals = finals * float(metric.get("scale", 1.0))
     mean, se = M.mean_and_se(finals)
     return C.Stat(mean, se)
 
@@ -786,6 +789,15 @@ def _results(preset: Preset, cells: dict[tuple[str, str], Cell], values: dict[tu
     return md
 
 
+def _direction_text(preset: Preset) -> str:
+    higher = [C.metric_label(m) for m in preset.metrics if C.higher_is_better(m)]
+    if not higher:
+        return "lower is better for every metric"
+    if len(higher) == len(preset.metrics):
+        return "higher is better for every metric"
+    return "higher is better for " + ", ".join(f"*{h[0].lower() + h[1:]}*" for h in higher) + ", lower for the rest"
+
+
 def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str], Cell],
             values: dict[tuple[str, str, str], C.Stat]) -> list[str]:
     claims = preset.data.get("paper_claims", [])
@@ -808,7 +820,7 @@ def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str]
         return extra[key]
 
     md = ["## Claims\n", "The paper's claims for this experiment, checked against this run's numbers "
-          "(lower is better for every metric; `never` ranks last).\n"]
+          f"({_direction_text(preset)}; `never` ranks last).\n"]
     skipped = omitted
     for claim in claims:
         text = claim if isinstance(claim, str) else claim["text"]
@@ -862,7 +874,8 @@ def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
             if cell.rows:
                 _, mat = cell.matrix(key)
                 if mat.size:
-                    scores.setdefault(method, {})[setting] = M.final_value(mat) * float(metric.get("scale", 1.0))
+                    scores.setdefault(method, {})[setting] = (M.final_value(mat, int(metric.get("window", 1)))
+                                                              * float(metric.get("scale", 1.0)))
         covered = {m: [s for s in setting_order if s in scores[m]] for m in methods if m in scores}
         if not covered:
             continue
