@@ -315,6 +315,13 @@ def test_gaps_from_zero_variance_are_reported() -> None:
     assert R._gaps({("TPO", "s"): cell}, ("mean_q_winners",)) == ["TPO in s: 1 of 2 steps, first at step 1"]
 
 
+def test_a_key_logged_every_n_steps_has_no_gaps_between_its_evaluations() -> None:
+    rows = [{"step": i, "zero_variance_fraction": 1.0 if i % 2 else 0.5, **({"test_score": 0.1} if i % 3 == 0 else {})}
+            for i in range(7)]
+    cell = R.Cell("GRPO", "s", rows=[rows])
+    assert R._gaps({("GRPO", "s"): cell}, ("test_score",)) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # files: modes, stale figures, rebuilding from results.jsonl
 # ---------------------------------------------------------------------------------------------
