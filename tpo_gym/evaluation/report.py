@@ -370,16 +370,22 @@ def _settings_with(preset: Preset, cells: dict[tuple[str, str], Cell], keys: tup
 def _gaps(cells: dict[tuple[str, str], Cell], keys: tuple[str, ...]) -> list[str]:
     """Where every seed lacks ``keys`` while the run goes on (every group had zero variance).
 
-    Only steps at which some run logs the key count (a key logged every N steps, such as a held-out
-    score, has no gaps between its evaluations)."""
+    Only steps on the key's own logging grid count: a key logged every N steps (a held-out score)
+    has no gaps between its evaluations."""
     out = []
-    expected: set[float] = set()
+    logged: set[float] = set()
     for cell in cells.values():
         for k in keys:
             if cell.rows and k in cell.keys():
                 ksteps, mat = cell.matrix(k)
                 if mat.size:
-                    expected |= {s for s, col in zip(ksteps, (~np.isnan(mat)).any(axis=0), strict=True) if col}
+                    logged |= {s for s, col in zip(ksteps, (~np.isnan(mat)).any(axis=0), strict=True) if col}
+    grid = sorted(logged)
+    stride = min(b - a for a, b in zip(grid, grid[1:], strict=False)) if len(grid) > 1 else 1.0
+
+    def expected(step: float) -> bool:
+        return stride <= 1 or not grid or (step - grid[0]) % stride == 0
+
     for (method, setting), cell in cells.items():
         if not cell.rows or not any(k in cell.keys() for k in keys):
             continue
@@ -392,7 +398,7 @@ def _gaps(cells: dict[tuple[str, str], Cell], keys: tuple[str, ...]) -> list[str
             if mat.size == 0:
                 continue
             have = {s for s, col in zip(ksteps, (~np.isnan(mat)).any(axis=0), strict=True) if col}
-            blank &= np.array([s not in have and s in expected for s in steps])
+            blank &= np.array([s not in have and expected(s) for s in steps])
         zero_var = np.nanmin(err, axis=0) >= 1.0 - 1e-9
         both = blank & zero_var
         if both.any():
