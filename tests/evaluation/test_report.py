@@ -389,7 +389,7 @@ def test_report_text_comes_from_the_packaged_preset_when_the_runs_match(tmp_path
 
 def test_per_seed_steps_to_threshold_table_and_figure(claims_report: Path) -> None:
     text = (claims_report / "report.md").read_text()
-    section = text.split("### Per seed: steps to error < 0.01")[1].split("\n## ")[0]
+    section = text.split("### Per seed: steps to error < 1%")[1].split("\n## ")[0]
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
     assert {"TPO", "DG", "PG"} <= set(rows)
     assert "n/a" in rows["DG"]  # the multi-context setting runs TPO only

@@ -611,7 +611,8 @@ def _seed_steps_table(preset: Preset, cells: dict[tuple[str, str], Cell]) -> lis
             continue
         key, thr = metric.get("key", "error"), float(metric["threshold"])
         settings = [s["name"] for s in preset.settings]
-        md += [f"### Per seed: steps to {key} < {thr:g}\n", "| Method | " + " | ".join(settings) + " |",
+        label = C.metric_label(metric)
+        md += [f"### Per seed: {label[0].lower() + label[1:]}\n", "| Method | " + " | ".join(settings) + " |",
                "|---|" + "---|" * len(settings)]
         for method in [m["name"] for m in preset.methods]:
             texts = []
