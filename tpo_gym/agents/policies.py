@@ -368,12 +368,9 @@ class MlpPolicy(CategoricalPolicy):
         layers.append(nn.Linear(in_dim, self.n_actions))
         self.net = nn.Sequential(*layers)
         if self.setup == "reference":
-            from tpo_gym.agents.reference_setup import lecun_normal_
+            from tpo_gym.agents.reference_setup import flax_dense_init_
 
-            for layer in self.net:
-                if isinstance(layer, nn.Linear):
-                    lecun_normal_(layer.weight)
-                    nn.init.zeros_(layer.bias)
+            flax_dense_init_(self.net)
         self._build_optimizer(lr_schedule)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -551,15 +548,12 @@ class TransformerPolicy(CategoricalPolicy):
 
     def _reference_init(self) -> None:
         """Flax's defaults (docs/method.md section 4b)."""
-        from tpo_gym.agents.reference_setup import flax_embedding_normal_, lecun_normal_
+        from tpo_gym.agents.reference_setup import flax_dense_init_, flax_embedding_normal_
 
         flax_embedding_normal_(self.tok_emb.weight)
         with torch.no_grad():
             self.pos_emb.weight.normal_(0.0, 0.02)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                lecun_normal_(module.weight)
-                nn.init.zeros_(module.bias)
+        flax_dense_init_(self)
 
     def reference_param_groups(self) -> list[dict[str, Any]]:
         """The reference optimiser's split: which parameters are 2-D in Flax's layout (Muon) and how.

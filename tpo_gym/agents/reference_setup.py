@@ -41,7 +41,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["ReferenceMuon", "newton_schulz", "lecun_normal_", "flax_embedding_normal_", "LAYOUTS"]
+__all__ = ["ReferenceMuon", "newton_schulz", "lecun_normal_", "flax_dense_init_", "flax_embedding_normal_",
+           "LAYOUTS"]
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 #: Layout names of Muon parameters (``"heads:H"`` with an integer H).
@@ -59,6 +60,15 @@ def lecun_normal_(weight: torch.Tensor, fan_in: int | None = None) -> torch.Tens
     std = math.sqrt(1.0 / fan_in) / _TRUNC_STD
     with torch.no_grad():
         return torch.nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-2.0 * std, b=2.0 * std)
+
+
+def flax_dense_init_(module: torch.nn.Module) -> None:
+    """Flax's ``nn.Dense`` defaults on every ``Linear`` of ``module``: LeCun-normal weights, zero biases."""
+    for layer in module.modules():
+        if isinstance(layer, torch.nn.Linear):
+            lecun_normal_(layer.weight)
+            if layer.bias is not None:
+                torch.nn.init.zeros_(layer.bias)
 
 
 def flax_embedding_normal_(weight: torch.Tensor) -> torch.Tensor:
