@@ -137,6 +137,14 @@ def test_claim_best_of_several_methods_and_among() -> None:
                       "settings": ["H=5"]}]).status == C.HOLDS
 
 
+def test_claim_best_names_the_methods_it_ties_with() -> None:
+    verdict = _verdict([{"test": "best", "metric": "steps", "method": "GRPO", "settings": ["H=5"]}])
+    assert verdict.status == C.HOLDS
+    assert verdict.evidence[0].endswith("(tied with PPO)")
+    assert "tied" not in _verdict([{"test": "best", "metric": "steps", "method": "TPO",
+                                    "settings": ["bandit"], "among": ["GRPO"]}]).evidence[0]
+
+
 def test_claim_worst_order_bounds_and_never() -> None:
     assert _verdict([{"test": "worst", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.HOLDS
     assert _verdict([{"test": "order", "metric": "final", "methods": ["TPO", "DG", "GRPO"],

@@ -10,7 +10,8 @@ Tests (``check["test"]``):
 
 ``best`` / ``worst``
     the named ``method`` (or ``methods``) have the best / worst values among ``among`` (default:
-    every method of the setting that has data); ties count as holding.
+    every method of the setting that has data); ties count as holding, and the evidence
+    names the methods tied with the named one.
 ``order``
     the named ``methods`` are in order from best to worst.
 ``below`` / ``above``
@@ -219,7 +220,12 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
             results.append(UNTESTED)
             continue
         results.append(HOLDS if ok else FAILS)
-        lines.append(f"{setting}: {shown}" + ("" if ok else " ✗"))
+        tied = ""
+        if ok and test in ("best", "worst"):
+            edge = (max if test == "best" else min)(rank(stats[m]) for m in named)
+            ties = [m for m, v in stats.items() if m not in named and rank(v) == edge]
+            tied = f" (tied with {', '.join(ties)})" if ties else ""
+        lines.append(f"{setting}: {shown}" + tied + ("" if ok else " ✗"))
     if missing:
         lines.append(f"not run here: {', '.join(missing)}")
         results.append(UNTESTED)
