@@ -23,6 +23,9 @@ def main(out: Path) -> None:
         grads = trainer_grads(TargetPOTrainer, TargetPOConfig, str(out / f"{name}-run"), **config)
         if not dist.is_initialized() or dist.get_rank() == 0:
             save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.safetensors"))
+    if dist.is_initialized():  # an undestroyed gloo group can abort the interpreter's exit ("terminate called")
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
