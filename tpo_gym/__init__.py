@@ -13,6 +13,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tpo_gym import envs  # noqa: F401  (registers the tpo_gym/ environments)
-from tpo_gym.agents import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG
+from tpo_gym.agents import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG, SeedBatch, train_seeds
 
-__all__ = ["__version__", "CE", "DG", "GRPO", "PPO", "REINFORCE", "TPO", "GroupPG"]
+__all__ = ["__version__", "CE", "DG", "GRPO", "PPO", "REINFORCE", "TPO", "GroupPG", "SeedBatch", "train_seeds"]

@@ -15,7 +15,8 @@ All share :class:`~tpo_gym.agents.base.GroupAlgorithm` (SB3 ``BaseAlgorithm``): 
 ``predict``, ``save`` / ``load`` (plain JSON + ``weights_only`` tensors: loading runs no code from the
 file), SB3 callbacks and logger, ``history``, ``steps_per_iteration``. Policies: ``MlpPolicy``,
 ``TransformerPolicy`` (Discrete actions) and ``CausalLMPolicy`` (a Hugging Face language model on a
-text env such as ``tpo_gym/ReasoningGym-v0``; TPO, GRPO and GroupPG).
+text env such as ``tpo_gym/ReasoningGym-v0``; TPO, GRPO and GroupPG). :func:`train_seeds` /
+:class:`SeedBatch` train S seeds of one agent in one process (``tpo_gym.agents.seed_batch``).
 """
 
 from tpo_gym.agents.base import GroupAlgorithm
@@ -25,6 +26,7 @@ from tpo_gym.agents.grpo import GRPO
 from tpo_gym.agents.lm import CausalLMPolicy
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, MuonAdamW, TransformerPolicy
 from tpo_gym.agents.prompts import PromptFormat
+from tpo_gym.agents.seed_batch import SeedBatch, train_seeds
 from tpo_gym.agents.single import DG, PPO, REINFORCE
 from tpo_gym.agents.tpo import TPO
 
@@ -43,4 +45,6 @@ __all__ = [
     "CausalLMPolicy",
     "PromptFormat",
     "MuonAdamW",
+    "SeedBatch",
+    "train_seeds",
 ]

@@ -580,8 +580,8 @@ class GroupAlgorithm(BaseAlgorithm):
         """The objective for the current log-probs ``current`` (:meth:`view` of ``log pi_theta``)."""
         raise NotImplementedError
 
-    def train(self) -> dict[str, float]:
-        """Update the policy on ``self.rollout_batch``: ``n_epochs`` full-batch optimiser steps."""
+    def _begin_update(self) -> tuple[RolloutBatch | TextBatch, dict[str, Any], dict[str, float]]:
+        """The part of :meth:`train` before the epochs: the batch, its frozen quantities, its diagnostics."""
         batch = self.rollout_batch
         if batch is None:
             raise RuntimeError("no rollout batch: call collect_rollouts() first")
@@ -591,11 +591,29 @@ class GroupAlgorithm(BaseAlgorithm):
 
             self._logger = configure_logger(0)
         self._update_learning_rate(self.policy.optimizer)
-        text = isinstance(batch, TextBatch)
-        old = batch.logp_old if text else self.view(batch.logp_old, batch)
+        old = batch.logp_old if isinstance(batch, TextBatch) else self.view(batch.logp_old, batch)
         fixed, diagnostics = self.prepare(batch, old)
+        return batch, fixed, diagnostics
+
+    def loss_from_logits(self, batch: RolloutBatch, fixed: dict[str, Any], logits: torch.Tensor) -> torch.Tensor:
+        """The objective of one epoch from the policy's step logits ``[N, T, n_actions]`` of ``batch.obs``."""
+        return self.compute_loss(batch, fixed, self.view(torch.log_softmax(logits, dim=-1), batch))
+
+    def _trained_parameters(self) -> list[torch.Tensor]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    @staticmethod
+    def _grad_norm(params: list[torch.Tensor]) -> float:
+        """L2 norm of the gradients of ``params`` (those that have one)."""
+        grads = [p.grad.reshape(-1) for p in params if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.cat(grads))) if grads else 0.0
+
+    def train(self) -> dict[str, float]:
+        """Update the policy on ``self.rollout_batch``: ``n_epochs`` full-batch optimiser steps."""
+        batch, fixed, diagnostics = self._begin_update()
+        text = isinstance(batch, TextBatch)
         optimizer = self.policy.optimizer
-        params = [p for p in self.policy.parameters() if p.requires_grad]
+        params = self._trained_parameters()
         first_loss = last_loss = grad_norm = float("nan")
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
@@ -603,12 +621,10 @@ class GroupAlgorithm(BaseAlgorithm):
             if text:
                 loss = self._accumulate_text_gradients(batch, fixed)
             else:
-                logp = torch.log_softmax(self.policy.step_logits(batch.obs), dim=-1)
-                loss = self.compute_loss(batch, fixed, self.view(logp, batch))
+                loss = self.loss_from_logits(batch, fixed, self.policy.step_logits(batch.obs))
                 loss.backward()
             if epoch == 0:
-                grads = [p.grad.reshape(-1) for p in params if p.grad is not None]
-                grad_norm = float(torch.linalg.vector_norm(torch.cat(grads))) if grads else 0.0
+                grad_norm = self._grad_norm(params)
                 first_loss = float(loss.detach())
             if self.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
@@ -730,15 +746,18 @@ class GroupAlgorithm(BaseAlgorithm):
                 break
             callback.on_rollout_end()
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            stats = self.train()
-            record = {"iteration": self._iteration, "num_timesteps": self.num_timesteps, "error": batch.error, **stats}
-            self.history.append(record)
-            self._iteration += 1
-            self._log(record, batch)
-            if self._iteration % log_interval == 0:
-                self.logger.dump(step=self.num_timesteps)
+            self._record_iteration(batch, self.train(), log_interval)
         callback.on_training_end()
         return self
+
+    def _record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, float], log_interval: int) -> None:
+        """Append the iteration's record to ``history``, log it, dump the logs every ``log_interval``."""
+        record = {"iteration": self._iteration, "num_timesteps": self.num_timesteps, "error": batch.error, **stats}
+        self.history.append(record)
+        self._iteration += 1
+        self._log(record, batch)
+        if self._iteration % log_interval == 0:
+            self.logger.dump(step=self.num_timesteps)
 
     def _log(self, record: dict[str, float], batch: RolloutBatch) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)

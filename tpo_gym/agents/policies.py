@@ -202,6 +202,33 @@ def check_observations(observation: Any, space: spaces.Space) -> None:
 # --------------------------------------------------------------------------------------------
 # base
 # --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# seed-stacked primitives: weights with a leading seed dimension S (tpo_gym.agents.seed_batch)
+# --------------------------------------------------------------------------------------------
+def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``y[s] = x[s] W[s]^T + b[s]``: ``x`` ``[S, M, in]``, ``weight`` ``[S, out, in]``, ``bias`` ``[S, out]``."""
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+
+def stacked_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm of ``x`` ``[S, M, d]`` with per-seed affine ``weight`` / ``bias`` ``[S, d]``."""
+    y = F.layer_norm(x, (x.shape[-1],), None, None, eps)
+    return torch.addcmul(bias.unsqueeze(1), y, weight.unsqueeze(1))
+
+
+def stacked_embedding(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rows ``table[s, tokens[s]]``: ``tokens`` ``[S, ...]``, ``table`` ``[S, V, d]`` -> ``[S, ..., d]``.
+
+    One ``F.embedding`` over the seeds' tables laid end to end (token ``v`` of seed ``s`` is row
+    ``s V + v``), so the backward is the embedding's dense scatter, not an indexing one.
+    """
+    s, v, d = table.shape
+    offsets = (torch.arange(s, device=tokens.device) * v).reshape(s, *([1] * (tokens.ndim - 1)))
+    return F.embedding(tokens + offsets, table.reshape(s * v, d))
+
+
 class CategoricalPolicy(BasePolicy):
     """A policy with a categorical distribution over a ``Discrete`` action space.
 
@@ -303,6 +330,13 @@ class CategoricalPolicy(BasePolicy):
         n, t = obs.shape[:2]
         return self.action_logits(obs.reshape(n * t, *obs.shape[2:])).reshape(n, t, self.n_actions)
 
+    def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """:meth:`step_logits` of S models of this architecture at once: ``params`` maps each name of
+        ``named_parameters()`` to the S seeds' values stacked ``[S, *shape]``; ``obs``
+        ``[S, N, T, *obs_shape]`` -> logits ``[S, N, T, n_actions]`` (seed ``s`` with weights ``params[.][s]``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no seed-stacked forward")
+
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions for a batch of observations: the argmax (``deterministic``) or a sample."""
         return self._predict(obs, deterministic)
@@ -383,6 +417,18 @@ class MlpPolicy(CategoricalPolicy):
         x = preprocess_obs(obs, self.observation_space, normalize_images=False)
         return self.net(x.float().reshape(x.shape[0], -1))
 
+    def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """Seed-stacked :meth:`step_logits` (see :meth:`CategoricalPolicy.stacked_step_logits`)."""
+        s, n, t = obs.shape[:3]
+        x = preprocess_obs(obs.reshape(s * n * t, *obs.shape[3:]), self.observation_space, normalize_images=False)
+        x = x.float().reshape(s, n * t, -1)
+        for i, layer in enumerate(self.net):
+            if isinstance(layer, nn.Linear):
+                x = stacked_linear(x, params[f"net.{i}.weight"], params.get(f"net.{i}.bias"))
+            else:  # the activations: parameter-free and elementwise
+                x = layer(x)
+        return x.reshape(s, n, t, self.n_actions)
+
 
 # --------------------------------------------------------------------------------------------
 # causal transformer
@@ -439,6 +485,24 @@ class _Block(nn.Module):
         att = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate=self._gelu))
+
+    def stacked_forward(self, p: dict[str, torch.Tensor], x: torch.Tensor, length: int) -> torch.Tensor:
+        """:meth:`forward` (no cache) of S blocks: ``p`` this block's parameters stacked ``[S, ...]`` (names
+        relative to the block), ``x`` ``[S, N * length, d]``; attention runs on the ``S N`` sequences at once."""
+        s, m, d = x.shape
+        n = m // length
+        h = stacked_layer_norm(x, p["ln1.weight"], p["ln1.bias"], self.ln1.eps)
+        if self.reference:
+            q, k, v = (stacked_linear(h, p[f"{z}.weight"], p[f"{z}.bias"]) for z in ("q", "k", "v"))
+        else:
+            q, k, v = stacked_linear(h, p["qkv.weight"], p["qkv.bias"]).split(d, dim=-1)
+        shape = (s * n, length, self.n_heads, d // self.n_heads)
+        q, k, v = (z.reshape(shape).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(s, m, d)
+        x = x + stacked_linear(att, p["proj.weight"], p["proj.bias"])
+        h = stacked_layer_norm(x, p["ln2.weight"], p["ln2.bias"], self.ln2.eps)
+        h = F.gelu(stacked_linear(h, p["ff1.weight"], p["ff1.bias"]), approximate=self._gelu)
+        return x + stacked_linear(h, p["ff2.weight"], p["ff2.bias"])
 
 
 class TransformerPolicy(CategoricalPolicy):
@@ -635,6 +699,21 @@ class TransformerPolicy(CategoricalPolicy):
             return self.head(self.ln_f(x[:, -1]))
 
         return decode
+
+    def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """Seed-stacked :meth:`step_logits` (see :meth:`CategoricalPolicy.stacked_step_logits`)."""
+        h, (s, n, t) = self.horizon, obs.shape[:3]
+        last = obs[:, :, -1].long()[:, :, : h - 1 + t]
+        length = last.shape[-1]
+        x = stacked_embedding(last, params["tok_emb.weight"]) + params["pos_emb.weight"][:, None, :length]
+        x = x.reshape(s, n * length, self.d_model)
+        for i, block in enumerate(self.blocks):
+            prefix = f"blocks.{i}."
+            x = block.stacked_forward({k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)},
+                                      x, length)
+        x = stacked_layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], self.ln_f.eps)
+        x = x.reshape(s, n, length, self.d_model)[:, :, h - 1 : h - 1 + t].reshape(s, n * t, self.d_model)
+        return stacked_linear(x, params["head.weight"], params["head.bias"]).reshape(s, n, t, self.vocab_size)
 
     def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits ``[N, T, V]`` of trajectories ``[N, T, 2H]``: one forward of the last observation.

@@ -80,40 +80,43 @@ def flax_embedding_normal_(weight: torch.Tensor) -> torch.Tensor:
 def newton_schulz(x: torch.Tensor, steps: int = 5, coeffs: tuple[float, float, float] = NS_COEFFS,
                   eps: float = 1e-8) -> torch.Tensor:
     """optax's ``orthogonalize_via_newton_schulz`` of a matrix: Frobenius-normalise, then quintic iterations
-    on the wide orientation (transposed when it has more rows than columns), transposed back."""
-    if x.ndim != 2:
-        raise ValueError(f"newton_schulz needs a matrix, got shape {tuple(x.shape)}")
-    transposed = x.shape[0] > x.shape[1]
+    on the wide orientation (transposed when it has more rows than columns), transposed back. A 3-D ``x``
+    is S matrices (a seed-stacked batch), each orthogonalised on its own."""
+    if x.ndim not in (2, 3):
+        raise ValueError(f"newton_schulz needs a matrix (or [S, A, B] matrices), got shape {tuple(x.shape)}")
+    transposed = x.shape[-2] > x.shape[-1]
     if transposed:
-        x = x.T
-    x = x / (torch.linalg.matrix_norm(x) + eps)
+        x = x.mT
+    x = x / (torch.linalg.matrix_norm(x, keepdim=x.ndim == 3) + eps)
     a, b, c = coeffs
     for _ in range(steps):
-        gram = x @ x.T
+        gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if transposed else x
+    return x.mT if transposed else x
 
 
 def _to_flax(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """A parameter (or its gradient) in Flax's layout; a leading seed dimension is kept."""
     if layout == "dense":
-        return t.T
+        return t.mT
     if layout == "embedding":
         return t
     heads = int(layout.split(":", 1)[1])
-    return t.reshape(heads, -1)
+    return t.reshape(*t.shape[:-1], heads, -1)
 
 
 def _from_flax(m: torch.Tensor, layout: str, like: torch.Tensor) -> torch.Tensor:
     if layout == "dense":
-        return m.T
+        return m.mT
     return m.reshape(like.shape)
 
 
-def _check_layout(layout: Any, p: torch.Tensor) -> str:
-    ok = layout in ("dense", "embedding") and p.ndim == 2
-    if isinstance(layout, str) and layout.startswith("heads:") and p.ndim == 1:
+def _check_layout(layout: Any, p: torch.Tensor, stacked: bool = False) -> str:
+    ndim = p.ndim - int(stacked)
+    ok = layout in ("dense", "embedding") and ndim == 2
+    if isinstance(layout, str) and layout.startswith("heads:") and ndim == 1:
         tail = layout.split(":", 1)[1]
-        ok = tail.isdigit() and int(tail) >= 1 and p.shape[0] % int(tail) == 0
+        ok = tail.isdigit() and int(tail) >= 1 and p.shape[-1] % int(tail) == 0
     if not ok:
         raise ValueError(f"Muon layout {layout!r} does not fit a parameter of shape {tuple(p.shape)}; allowed: "
                          f"'dense' / 'embedding' for 2-D tensors, 'heads:H' for a 1-D tensor of a multiple of H")
@@ -132,8 +135,10 @@ class ReferenceMuon(torch.optim.Optimizer):
     """``optax.contrib.muon`` in PyTorch (module docstring): Muon on Flax-2-D parameters, Nesterov Adam on the rest.
 
     :param params: parameter groups, each ``{"params": [...], "muon": bool, "layouts": [...]}``
-        (``layouts`` aligned with ``params``, Muon groups only), or a plain iterable of tensors (2-D
-        tensors then get Muon with the ``"dense"`` layout, the others Adam).
+        (``layouts`` aligned with ``params``, Muon groups only; ``"stacked": True`` for seed-stacked
+        parameters ``[S, *shape]``, each seed updated on its own, as :mod:`tpo_gym.agents.seed_batch`
+        uses), or a plain iterable of tensors (2-D tensors then get Muon with the ``"dense"`` layout,
+        the others Adam).
     :param lr: learning rate of both parts (default 1e-3, the reference's).
     :param beta: Muon momentum (0.95).
     :param ns_steps: Newton-Schulz iterations (5).
@@ -160,7 +165,8 @@ class ReferenceMuon(torch.optim.Optimizer):
                 layouts = list(g.get("layouts", ["dense"] * len(g["params"])))
                 if len(layouts) != len(g["params"]):
                     raise ValueError("a Muon group needs one layout per parameter")
-                g["layouts"] = [_check_layout(lay, p) for lay, p in zip(layouts, g["params"], strict=True)]
+                g["layouts"] = [_check_layout(lay, p, bool(g.get("stacked"))) for lay, p in
+                                zip(layouts, g["params"], strict=True)]
         if not 0.0 <= beta < 1.0 or not all(0.0 <= b < 1.0 for b in adam_betas):
             raise ValueError(f"momenta must be in [0, 1), got beta={beta}, adam_betas={adam_betas}")
         if ns_steps < 1 or eps < 0 or lr < 0:
