@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--device", default="cpu",
                        help="torch device of the agents: cpu (default), cuda, cuda:N or auto")
+    bench.add_argument("--seed-batch", type=_positive_int("--seed-batch"), default=1, metavar="S",
+                       help="train up to S seeds of one method x setting together in one process (token and "
+                            "MNIST runs; still one record per seed; default: 1, each seed alone)")
 
     report = sub.add_parser("report", help="rebuild the report of a bench output directory from its stored runs",
                             formatter_class=fmt,
@@ -303,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
-                        command=command, progress=not args.no_progress, device=args.device)
+                        command=command, progress=not args.no_progress, device=args.device,
+                        seed_batch=args.seed_batch)
         build_report(out)
     except OSError as exc:
         _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)

@@ -23,6 +23,7 @@ Kinds
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
@@ -125,13 +126,26 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _learn_together(models: list[Any], total_timesteps: int, reset_num_timesteps: bool = True) -> None:
+    """``learn`` of one agent, or of S seeds of one method x setting in a :class:`~tpo_gym.agents.SeedBatch`."""
+    if len(models) == 1:
+        models[0].learn(total_timesteps, reset_num_timesteps=reset_num_timesteps)
+        return
+    from tpo_gym.agents.seed_batch import SeedBatch
+
+    SeedBatch(models).learn(total_timesteps, reset_num_timesteps=reset_num_timesteps)
+
+
+def _run_token_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    p = specs[0]["params"]
+    models = [make_agent(s["algo"], _make_env(p["env_id"], p.get("env_kwargs", {})), s["seed"], p,
+                         s["method_kwargs"], kind="token", device=s.get("device", "cpu")) for s in specs]
+    _learn_together(models, int(p["episodes"]) * int(models[0].steps_per_iteration))
+    return [_history_rows(m.history) for m in models]
+
+
 def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    p = spec["params"]
-    env = _make_env(p["env_id"], p.get("env_kwargs", {}))
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="token",
-                       device=spec.get("device", "cpu"))
-    model.learn(int(p["episodes"]) * int(model.steps_per_iteration))
-    return _history_rows(model.history)
+    return _run_token_seeds([spec])[0]
 
 
 def _greedy_error(model: Any, images: Any, labels: Any) -> float:
@@ -141,27 +155,32 @@ def _greedy_error(model: Any, images: Any, labels: Any) -> float:
     return float(np.mean(np.asarray(actions).reshape(-1) != labels))
 
 
-def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _run_mnist_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     import numpy as np
 
     from tpo_gym.envs.mnist_data import load_mnist
 
-    p = spec["params"]
+    p = specs[0]["params"]
     steps, every = int(p["steps"]), int(p.get("eval_every", 200))
     test_x, test_y = load_mnist("test")
-    env = _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})})
-    model = make_agent(spec["algo"], env, spec["seed"], p, spec["method_kwargs"], kind="mnist",
-                       device=spec.get("device", "cpu"))
-    rows = [{"step": 0, "test_error": _greedy_error(model, test_x, test_y)}]
+    models = [make_agent(s["algo"], _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})}),
+                         s["seed"], p, s["method_kwargs"], kind="mnist", device=s.get("device", "cpu"))
+              for s in specs]
+    rows = [[{"step": 0, "test_error": _greedy_error(m, test_x, test_y)}] for m in models]
     done = 0
     while done < steps:
         chunk = min(every, steps - done)
-        model.learn(chunk * int(model.steps_per_iteration), reset_num_timesteps=False)
+        _learn_together(models, chunk * int(models[0].steps_per_iteration), reset_num_timesteps=False)
         done += chunk
-        train = [h["error"] for h in model.history[-chunk:]]
-        rows.append({"step": done, "test_error": _greedy_error(model, test_x, test_y),
-                     "error": float(np.mean(train))})
+        for model, seed_rows in zip(models, rows, strict=True):
+            train = [h["error"] for h in model.history[-chunk:]]
+            seed_rows.append({"step": done, "test_error": _greedy_error(model, test_x, test_y),
+                              "error": float(np.mean(train))})
     return rows
+
+
+def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return _run_mnist_seeds([spec])[0]
 
 
 def _held_out_accuracy(model: Any, env: Any, n: int) -> dict[str, float]:
@@ -261,3 +280,44 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
         record.update(status="failed", rows=[], traceback=traceback.format_exc())
     record["wall_s"] = time.perf_counter() - start
     return record
+
+
+#: Run kinds whose seeds :func:`execute_runs` trains together in one :class:`~tpo_gym.agents.SeedBatch`.
+_SEED_BATCH_FUNCS: dict[str, Callable[[list[dict[str, Any]]], list[list[dict[str, Any]]]]] = {
+    "token": _run_token_seeds,
+    "mnist": _run_mnist_seeds,
+}
+SEED_BATCH_KINDS: tuple[str, ...] = tuple(_SEED_BATCH_FUNCS)
+
+
+def seed_batch_key(spec: dict[str, Any]) -> str | None:
+    """What the specs of one seed batch share (all but the seed), or ``None`` for kinds run one by one."""
+    if spec["kind"] not in _SEED_BATCH_FUNCS:
+        return None
+    return json.dumps({k: v for k, v in spec.items() if k not in ("seed", "checkpoint_dir")}, sort_keys=True,
+                      default=str)
+
+
+def execute_runs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Execute specs that differ only in their seed together (one :class:`~tpo_gym.agents.SeedBatch`);
+    one record per spec, as :func:`execute_run`'s. A batch that raises fails every one of its seeds
+    (each record holds the traceback); a single spec is :func:`execute_run`."""
+    if len(specs) == 1:
+        return [execute_run(specs[0])]
+    keys = {seed_batch_key(s) for s in specs}
+    if None in keys or len(keys) != 1:
+        raise ValueError("execute_runs batches specs of one seed-batchable kind that differ only in their seed")
+    _limit_threads()
+    start = time.perf_counter()
+    base = {"host": platform.node(), "pid": os.getpid(), "seed_batch": len(specs)}
+    try:
+        all_rows = _SEED_BATCH_FUNCS[specs[0]["kind"]](specs)
+        records = [{**base, "spec": spec, "status": "ok", "rows": rows, "traceback": None}
+                   for spec, rows in zip(specs, all_rows, strict=True)]
+    except Exception:  # noqa: BLE001 - a crashed batch is data: each of its seeds is recorded failed
+        tb = traceback.format_exc()
+        records = [{**base, "spec": spec, "status": "failed", "rows": [], "traceback": tb} for spec in specs]
+    wall = time.perf_counter() - start
+    for record in records:  # the batch's wall time, shared equally by its seeds
+        record["wall_s"] = wall / len(specs)
+    return records

@@ -26,7 +26,7 @@ from typing import Any
 
 from tpo_gym.evaluation._io import atomic_write_json, make_dirs, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
-from tpo_gym.evaluation.experiments import execute_run
+from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
 __all__ = ["BACKENDS", "BenchSummary", "BackendError", "bench", "record_path", "load_record", "require_ray"]
@@ -88,18 +88,19 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _run_local(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+def _run_local(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = {pool.submit(execute_run, s): s for s in specs}
+        futures = {pool.submit(execute_runs, t): t for t in tasks}
         for fut in as_completed(futures):
             try:
-                yield fut.result()
+                yield from fut.result()
             except Exception:  # noqa: BLE001 - the worker process itself died
-                yield _failed(futures[fut], "worker process failed:\n" + traceback.format_exc())
+                message = "worker process failed:\n" + traceback.format_exc()
+                yield from (_failed(s, message) for s in futures[fut])
 
 
-def _run_ray(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+def _run_ray(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
     ray = require_ray()
     started_here = False
     if not ray.is_initialized():
@@ -111,19 +112,38 @@ def _run_ray(specs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, An
             ray.init(num_cpus=workers, **kwargs)
         started_here = True
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(execute_run)
-        refs = {remote.remote(s): s for s in specs}
+        remote = ray.remote(num_cpus=1, max_retries=0)(execute_runs)
+        refs = {remote.remote(t): t for t in tasks}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
                 try:
-                    yield ray.get(ref)
+                    yield from ray.get(ref)
                 except Exception:  # noqa: BLE001 - a Ray worker died or the task errored
-                    yield _failed(refs[ref], "ray task failed:\n" + traceback.format_exc())
+                    message = "ray task failed:\n" + traceback.format_exc()
+                    yield from (_failed(s, message) for s in refs[ref])
     finally:
         if started_here:
             ray.shutdown()
+
+
+def seed_batches(specs: list[dict[str, Any]], seed_batch: int) -> list[list[dict[str, Any]]]:
+    """Group specs into tasks: up to ``seed_batch`` seeds of one method x setting of a batchable kind
+    (token, MNIST) per task, in order; every other spec alone."""
+    tasks: list[list[dict[str, Any]]] = []
+    open_batches: dict[str, list[dict[str, Any]]] = {}
+    for spec in specs:
+        key = seed_batch_key(spec) if seed_batch > 1 else None
+        if key is None:
+            tasks.append([spec])
+            continue
+        batch = open_batches.get(key)
+        if batch is None or len(batch) >= seed_batch:
+            batch = open_batches[key] = []
+            tasks.append(batch)
+        batch.append(spec)
+    return tasks
 
 
 def check_device(device: Any) -> str:
@@ -151,6 +171,7 @@ def bench(
     command: str | None = None,
     progress: bool = True,
     device: str = "cpu",
+    seed_batch: int = 1,
 ) -> BenchSummary:
     """Run every missing run of ``preset`` and store it under ``out`` (the report is built separately).
 
@@ -161,12 +182,17 @@ def bench(
     :param device: torch device of every run's agent (``"cpu"``, the default and what CI tests;
         ``"cuda"``, ``"cuda:N"`` or ``"auto"``). Not part of a run's identity: a run finished on one
         device is not rerun on another.
+    :param seed_batch: train up to this many seeds of one method x setting together in one process
+        (:class:`~tpo_gym.agents.SeedBatch`; token and MNIST runs). Still one record per seed; a batch that
+        fails records each of its seeds as failed. Not part of a run's identity either.
     """
     device = check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if isinstance(seed_batch, bool) or not isinstance(seed_batch, int) or seed_batch < 1:
+        raise ValueError(f"seed_batch must be an int >= 1 (seeds trained together per process), got {seed_batch!r}")
     n_seeds = preset.seeds if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {n_seeds}")
@@ -177,7 +203,8 @@ def bench(
     manifest_path = out / "manifest.json"
     manifest = read_json(manifest_path) if manifest_path.is_file() else {"invocations": []}
     manifest.update(preset=preset.data, preset_source=preset.source, seeds=n_seeds,
-                    command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device)
+                    command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device,
+                    seed_batch=seed_batch)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
@@ -192,7 +219,7 @@ def bench(
         # long runs (kind "llm") checkpoint under OUT/checkpoints/<run_id>/ and resume from there
         specs = [{**r.to_dict(), "checkpoint_dir": str((out / "checkpoints" / r.run_id).resolve()),
                   "device": device} for r in todo]
-        stream = (_run_local if backend == "local" else _run_ray)(specs, workers)
+        stream = (_run_local if backend == "local" else _run_ray)(seed_batches(specs, seed_batch), workers)
         bar = tqdm(total=len(todo), desc=f"{preset.name} runs", unit="run", disable=not progress,
                    initial=0, dynamic_ncols=True)
         for rec in stream:

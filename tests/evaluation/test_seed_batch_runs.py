@@ -1,0 +1,86 @@
+"""``tpo-gym bench --seed-batch S``: seeds of one method x setting trained together, one record per seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.evaluation.conftest import write_preset
+from tpo_gym.evaluation import cli
+from tpo_gym.evaluation.presets import load_preset
+from tpo_gym.evaluation.runner import bench, seed_batches
+
+SMALL = {"policy_kwargs": {"d_model": 16, "d_ff": 32, "n_layers": 1}}
+TOKEN_PRESET = {
+    "name": "tiny-token",
+    "description": "test-only preset: a tiny token task, and a setting whose agents cannot be built",
+    "paper_ref": "none (tests)",
+    "seeds": 3,
+    "settings": [
+        {"name": "H=3", "kind": "token",
+         "params": {"env_id": "tpo_gym/TokenTask-v0", "env_kwargs": {"target": "reverse_copy", "vocab_size": 2,
+                                                                      "length": 3},
+                    "episodes": 3, "agent_kwargs": {"batch_size": 8, "group_size": 4, **SMALL}}},
+        {"name": "broken", "kind": "token", "methods": ["PPO"],
+         "params": {"env_id": "tpo_gym/TokenTask-v0", "env_kwargs": {"length": 3}, "episodes": 2,
+                    "agent_kwargs": {"batch_size": 0, **SMALL}}},
+    ],
+    "methods": [{"name": "TPO_token", "algo": "TPO", "kwargs": {"level": "token"}}, {"name": "PPO", "algo": "PPO"}],
+    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"}],
+    "curves": ["error"],
+}
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
+
+
+def test_seed_batched_bench_gives_the_records_of_seeds_run_alone(tmp_path: Path) -> None:
+    preset = load_preset(str(write_preset(tmp_path, TOKEN_PRESET, "tiny-token.json")))
+    alone = bench(preset, tmp_path / "alone", progress=False)
+    batched = bench(preset, tmp_path / "batched", seed_batch=3, progress=False)
+    assert (alone.total, alone.failed) == (batched.total, batched.failed) == (9, 3)
+    a, b = _records(tmp_path / "alone"), _records(tmp_path / "batched")
+    assert sorted(a) == sorted(b)
+    for run_id, rec in b.items():
+        assert rec["status"] == a[run_id]["status"]
+        assert rec["rows"] == a[run_id]["rows"], run_id  # CPU: the batch's loop path is bit-identical
+        if rec["status"] == "ok":
+            assert rec["seed_batch"] == 3 and rec["rows"]
+    # the batch that raised records each of its seeds as failed, with the error
+    broken = [rec for run_id, rec in b.items() if run_id.startswith("broken")]
+    assert len(broken) == 3 and all(r["status"] == "failed" and "batch_size" in r["traceback"] for r in broken)
+    # resume: only the failed seeds run again, still batched
+    again = bench(preset, tmp_path / "batched", seed_batch=2, progress=False)
+    assert (again.skipped, again.executed, again.failed) == (6, 3, 3)
+    manifest = json.loads((tmp_path / "batched" / "manifest.json").read_text())
+    assert manifest["seed_batch"] == 2
+
+
+def test_seed_batches_group_only_seeds_of_one_run() -> None:
+    preset = load_preset(str(Path(__file__).parents[2] / "tpo_gym/evaluation/presets/quick.json"))
+    specs = [r.to_dict() for r in preset.runs(5)]
+    tasks = seed_batches(specs, 2)
+    assert sorted(s["seed"] for t in tasks for s in t) == sorted(s["seed"] for s in specs)
+    for task in tasks:
+        assert len(task) <= 2
+        assert len({(s["setting"], s["method"]) for s in task}) == 1
+        if len(task) > 1:
+            assert task[0]["kind"] in ("token", "mnist")
+    assert any(len(t) == 2 for t in tasks)
+    kinds = {s["kind"] for s in specs}
+    if kinds - {"token", "mnist"}:  # other kinds run seed by seed
+        assert any(len(t) == 1 and t[0]["kind"] not in ("token", "mnist") for t in tasks)
+    assert seed_batches(specs, 1) == [[s] for s in specs]
+
+
+def test_bad_seed_batch_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    preset = load_preset(str(write_preset(tmp_path, TOKEN_PRESET, "tiny-token.json")))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="seed_batch must be an int >= 1"):
+            bench(preset, tmp_path / "out", seed_batch=bad, progress=False)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--preset", "quick", "--seed-batch", "0", "--out", str(tmp_path / "o")])
+    assert "--seed-batch" in capsys.readouterr().err
