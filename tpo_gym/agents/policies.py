@@ -200,9 +200,6 @@ def check_observations(observation: Any, space: spaces.Space) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# base
-# --------------------------------------------------------------------------------------------
-# --------------------------------------------------------------------------------------------
 # seed-stacked primitives: weights with a leading seed dimension S (tpo_gym.agents.seed_batch)
 # --------------------------------------------------------------------------------------------
 def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -229,6 +226,9 @@ def stacked_embedding(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tensor
     return F.embedding(tokens + offsets, table.reshape(s * v, d))
 
 
+# --------------------------------------------------------------------------------------------
+# base
+# --------------------------------------------------------------------------------------------
 class CategoricalPolicy(BasePolicy):
     """A policy with a categorical distribution over a ``Discrete`` action space.
 

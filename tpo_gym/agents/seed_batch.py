@@ -133,15 +133,12 @@ def stackable_optimizer(optimizer: torch.optim.Optimizer) -> bool:
 class _StackedOptimizer:
     """One optimiser per inner optimiser of the seeds' (same-class) optimisers, on the stacked tensors."""
 
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], stacked: dict[int, torch.Tensor],
-                 seed_params: Sequence[dict[int, torch.Tensor]]) -> None:
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], stacked: dict[int, torch.Tensor]) -> None:
         """
         :param optimizers: the S seeds' optimisers.
         :param stacked: ``id(param of seed 0) -> [S, *shape]`` stacked tensor.
-        :param seed_params: per seed, ``id(param of seed 0) -> that seed's parameter``.
         """
         self._parts: list[tuple[list[torch.optim.Optimizer], torch.optim.Optimizer]] = []
-        self._seed_params = seed_params
         self._stacked = stacked
         inners = [_inner_optimizers(o) for o in optimizers]
         for k, first in enumerate(inners[0]):
@@ -155,7 +152,8 @@ class _StackedOptimizer:
                 batched = type(first)(groups)
             else:
                 supported = ", ".join(c.__name__ for c in ELEMENTWISE_OPTIMIZERS)
-                raise ValueError(f"optimizer='stacked' supports {supported}, torch.optim.Muon and MuonAdamW; "
+                raise ValueError(f"optimizer='stacked' supports {supported}, torch.optim.Muon, MuonAdamW and "
+                                 f"ReferenceMuon; "
                                  f"got {type(first).__name__}: use optimizer='loop'")
             self._parts.append(([inner[k] for inner in inners], batched))
         self._read_states()
@@ -291,11 +289,11 @@ class SeedBatch:
         if forward == "stacked" and not can_stack:
             raise ValueError(f"forward='stacked': {type(first.policy).__name__} has no seed-stacked forward; "
                              f"use forward='loop'")
-        if optimizer == "stacked" and not stackable_optimizer(first.policy.optimizer):
+        stackable = stackable_optimizer(first.policy.optimizer)
+        if optimizer == "stacked" and not stackable:
             raise ValueError(f"optimizer='stacked' does not support {first.policy.optimizer!r} (supported: "
                              f"Adam, AdamW, SGD, torch.optim.Muon, MuonAdamW, ReferenceMuon); use optimizer='loop'")
         self.forward = forward if forward != "auto" else ("stacked" if cuda and can_stack else "loop")
-        stackable = stackable_optimizer(first.policy.optimizer)
         self.optimizer = optimizer if optimizer != "auto" else ("stacked" if cuda and stackable else "loop")
         self._bound = False
 
@@ -307,10 +305,6 @@ class SeedBatch:
     def histories(self) -> list[list[dict[str, float]]]:
         """Each seed's ``history`` (one record per iteration)."""
         return [a.history for a in self.agents]
-
-    def memory_estimate(self) -> tuple[int, int]:
-        """``(bytes per seed, bytes shared)`` of the parameters, gradients and optimiser moments."""
-        return _state_bytes(self.agents[0]), 0
 
     # ------------------------------------------------------------------ binding to stacked tensors
     def _bind(self) -> None:
@@ -330,8 +324,7 @@ class SeedBatch:
         if self.optimizer == "stacked":
             p0 = per_seed[0]
             stacked = {id(p0[n]): self._params[n] for n in names}
-            seed_params = [{id(p0[n]): ps[n] for n in names} for ps in per_seed]
-            self._opt = _StackedOptimizer([a.policy.optimizer for a in self.agents], stacked, seed_params)
+            self._opt = _StackedOptimizer([a.policy.optimizer for a in self.agents], stacked)
         self._bound = True
 
     def _unbind(self) -> None:
@@ -358,10 +351,9 @@ class SeedBatch:
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             a.loss_from_logits(batch, prepared[0][0], a.policy.step_logits(batch.obs))
-        factor = self.n_seeds if self.forward == "stacked" else 1
-        check_memory(self.n_seeds, _state_bytes(a) + (saved[0] if factor > 1 else 0),
-                     0 if factor > 1 else saved[0], a.device,
-                     "parameters, gradients, optimiser moments" + (" and activations" if factor > 1 else ""))
+        stacked = self.forward == "stacked"  # activations of every seed at once, or of one seed at a time
+        check_memory(self.n_seeds, _state_bytes(a) + (saved[0] if stacked else 0), 0 if stacked else saved[0],
+                     a.device, "parameters, gradients, optimiser moments" + (" and activations" if stacked else ""))
 
     def _train(self) -> list[dict[str, float]]:
         agents = self.agents

@@ -265,21 +265,33 @@ _KIND_FUNCS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
 RUN_KINDS: tuple[str, ...] = tuple(_KIND_FUNCS)
 
 
+def _execute(specs: list[dict[str, Any]], run: Callable[[], list[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Records of ``specs`` from ``run()`` (their rows, in order), never raising: a ``run`` that raises fails
+    every spec with its traceback; the wall time is shared equally by the specs."""
+    _limit_threads()
+    start = time.perf_counter()
+    base: dict[str, Any] = {"host": platform.node(), "pid": os.getpid()}
+    if len(specs) > 1:
+        base["seed_batch"] = len(specs)
+    try:
+        all_rows = run()
+        records = [{"spec": spec, **base, "status": "ok", "rows": rows, "traceback": None}
+                   for spec, rows in zip(specs, all_rows, strict=True)]
+    except Exception:  # noqa: BLE001 - a crashed run is data, not a reason to stop the others
+        tb = traceback.format_exc()
+        records = [{"spec": spec, **base, "status": "failed", "rows": [], "traceback": tb} for spec in specs]
+    wall = time.perf_counter() - start
+    for record in records:
+        record["wall_s"] = wall / len(specs)
+    return records
+
+
 def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
     """Execute one run spec in this process and return its record (never raises).
 
     :return: ``{"status": "ok" | "failed", "spec", "rows", "wall_s", "traceback", "host", "pid"}``.
     """
-    _limit_threads()
-    start = time.perf_counter()
-    record: dict[str, Any] = {"spec": spec, "host": platform.node(), "pid": os.getpid()}
-    try:
-        rows = _KIND_FUNCS[spec["kind"]](spec)
-        record.update(status="ok", rows=rows, traceback=None)
-    except Exception:  # noqa: BLE001 - a crashed run is data, not a reason to stop the others
-        record.update(status="failed", rows=[], traceback=traceback.format_exc())
-    record["wall_s"] = time.perf_counter() - start
-    return record
+    return _execute([spec], lambda: [_KIND_FUNCS[spec["kind"]](spec)])[0]
 
 
 #: Run kinds whose seeds :func:`execute_runs` trains together in one :class:`~tpo_gym.agents.SeedBatch`.
@@ -287,7 +299,6 @@ _SEED_BATCH_FUNCS: dict[str, Callable[[list[dict[str, Any]]], list[list[dict[str
     "token": _run_token_seeds,
     "mnist": _run_mnist_seeds,
 }
-SEED_BATCH_KINDS: tuple[str, ...] = tuple(_SEED_BATCH_FUNCS)
 
 
 def seed_batch_key(spec: dict[str, Any]) -> str | None:
@@ -300,24 +311,11 @@ def seed_batch_key(spec: dict[str, Any]) -> str | None:
 
 def execute_runs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Execute specs that differ only in their seed together (one :class:`~tpo_gym.agents.SeedBatch`);
-    one record per spec, as :func:`execute_run`'s. A batch that raises fails every one of its seeds
-    (each record holds the traceback); a single spec is :func:`execute_run`."""
+    one record per spec, as :func:`execute_run`'s, plus ``seed_batch`` (S). A batch that raises fails
+    every one of its seeds (each record holds the traceback); a single spec is :func:`execute_run`."""
     if len(specs) == 1:
         return [execute_run(specs[0])]
     keys = {seed_batch_key(s) for s in specs}
     if None in keys or len(keys) != 1:
         raise ValueError("execute_runs batches specs of one seed-batchable kind that differ only in their seed")
-    _limit_threads()
-    start = time.perf_counter()
-    base = {"host": platform.node(), "pid": os.getpid(), "seed_batch": len(specs)}
-    try:
-        all_rows = _SEED_BATCH_FUNCS[specs[0]["kind"]](specs)
-        records = [{**base, "spec": spec, "status": "ok", "rows": rows, "traceback": None}
-                   for spec, rows in zip(specs, all_rows, strict=True)]
-    except Exception:  # noqa: BLE001 - a crashed batch is data: each of its seeds is recorded failed
-        tb = traceback.format_exc()
-        records = [{**base, "spec": spec, "status": "failed", "rows": [], "traceback": tb} for spec in specs]
-    wall = time.perf_counter() - start
-    for record in records:  # the batch's wall time, shared equally by its seeds
-        record["wall_s"] = wall / len(specs)
-    return records
+    return _execute(specs, lambda: _SEED_BATCH_FUNCS[specs[0]["kind"]](specs))
