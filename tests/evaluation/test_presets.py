@@ -96,16 +96,102 @@ def test_preset_from_a_file(tmp_path: Path, tiny_preset_data: dict) -> None:
 
 def test_subset_of_settings_and_methods() -> None:
     preset = load_preset("table3").subset(["P H=7"], ["TPO", "GRPO", "PPO"])
-    assert [s["name"] for s in preset.settings] == ["P H=7"]
+    assert [s["name"] for s in preset.settings] == ["P H=7 (reference)", "P H=7 (tuned)"]
     assert [m["name"] for m in preset.methods] == ["TPO", "GRPO", "PPO"]
-    assert preset.data["paper"]["final_error"] == {"TPO": {"P H=7": 6.9}, "GRPO": {"P H=7": 14.5},
-                                                   "PPO": {"P H=7": 12.0}}
-    assert len(preset.runs(3)) == 9
+    assert preset.data["paper"]["final_error"] == {
+        m: {"P H=7 (reference)": v, "P H=7 (tuned)": v} for m, v in (("TPO", 6.9), ("GRPO", 14.5), ("PPO", 12.0))}
+    assert len(preset.runs(3)) == 18
     # the runs of a subset are the same runs as in the full preset (so their records are shared)
     full = {r.run_id: r.config_hash for r in load_preset("table3").runs(3)}
     assert all(full[r.run_id] == r.config_hash for r in preset.runs(3))
     with pytest.raises(PresetError, match="Did you mean: P H=7"):
         load_preset("table3").subset(["P H=77"])
+    one = load_preset("table3").subset(["p h=7 (tuned)"])
+    assert [s["name"] for s in one.settings] == ["P H=7 (tuned)"] and one.setups == ["tuned"]
     diag = load_preset("sparse-diagnostics").subset(["zv K=32", "K=4"], ["GRPO (zv-masked)", "TPO"])
     titles = [t["title"] for t in diag.tables()]
     assert titles == ["Group-size sweep (epochs=4)", "Zero-variance masking (K=32, epochs=4)"]
+
+
+# ---------------------------------------------------------------------------------------------
+# setups: the reference code's configuration and ours, side by side
+# ---------------------------------------------------------------------------------------------
+PAPER_PRESETS = ("table1", "table2", "table3", "ablations", "eta", "sparse-diagnostics", "mnist", "tabular-single",
+                 "tabular-multi")
+
+
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_paper_presets_run_the_reference_setup_first_and_ours_beside_it(name: str) -> None:
+    preset = load_preset(name)
+    assert preset.setups == ["reference", "tuned"], "reference is the default (first) setup"
+    names = [s["name"] for s in preset.settings]
+    bases = list(dict.fromkeys(s["base"] for s in preset.settings))
+    assert names == [f"{b} ({u})" for b in bases for u in ("reference", "tuned")], "a setting's columns side by side"
+    for s in preset.settings:
+        if s["kind"] in ("token", "mnist"):
+            setup = s["params"].get("agent_kwargs", {}).get("policy_kwargs", {}).get("setup", "tuned")
+        else:
+            setup = s["params"].get("setup", "tuned")
+        assert setup == s["setup"], f"{s['name']} must build its model / run under its own setup"
+    validate_preset(preset.data, source="expanded")  # what the manifest stores validates again
+
+
+def test_setups_carry_paper_numbers_to_every_column_and_check_each_claim_per_setup() -> None:
+    preset = load_preset("table1")
+    assert preset.data["paper"]["steps_to_1pct"]["GRPO_token"]["V=2 (reference)"] == 904
+    assert preset.data["paper"]["steps_to_1pct"]["GRPO_token"]["V=2 (tuned)"] == 904
+    claims = preset.data["paper_claims"]
+    assert claims[0]["text"].endswith(" [reference setup]") and claims[1]["text"].endswith(" [tuned setup]")
+    ref, tuned = (c["checks"][0]["settings"] for c in claims)
+    assert all(x.endswith("(reference)") for x in ref) and all(x.endswith("(tuned)") for x in tuned)
+    assert len(ref) == len(tuned) == 4
+    assert any(n.startswith("Setup `reference`:") for n in preset.data["notes"])
+
+
+def test_setup_runs_differ_only_by_what_the_setup_sets() -> None:
+    runs = {(r.setting, r.method): r for r in load_preset("mnist").runs(1)}
+    ref, tuned = runs[("MNIST (reference)", "GRPO")], runs[("MNIST (tuned)", "GRPO")]
+    assert (ref.algo, ref.method_kwargs) == ("REINFORCE", {"baseline": "standardized"})
+    assert (tuned.algo, tuned.method_kwargs) == ("GRPO", {})
+    assert ref.params["agent_kwargs"] == {"batch_size": 100, "learning_rate": 0.001, "n_epochs": 1,
+                                          "policy_kwargs": {"setup": "reference"}}
+    assert tuned.params["agent_kwargs"] == {"batch_size": 100, "learning_rate": 0.001}
+    # a method's own kwargs survive a setup's override of others
+    assert runs[("MNIST (reference)", "TPO")].method_kwargs == {"candidates": "single"}
+    assert runs[("MNIST (reference)", "Group PG")].method_kwargs == {"candidates": "single"}
+    assert runs[("MNIST (tuned)", "Group PG")].method_kwargs == {}
+    assert ref.run_id == "MNIST__reference___GRPO__seed0" and ref.config_hash != tuned.config_hash
+
+
+def test_subset_by_setup() -> None:
+    ref = load_preset("table1").subset(["V=2"], ["TPO_token"], ["REFERENCE"])
+    assert [s["name"] for s in ref.settings] == ["V=2 (reference)"] and ref.setups == ["reference"]
+    assert [c["text"] for c in ref.data["paper_claims"]][0].endswith("[reference setup]")
+    assert ref.data["omitted_claims"] == 1, "the tuned setup's claim is left out, and counted"
+    with pytest.raises(PresetError, match="no setup 'refrence'. Did you mean: reference"):
+        load_preset("table1").subset(setups=["refrence"])
+    with pytest.raises(PresetError, match="has no setups"):
+        load_preset("quick").subset(setups=["reference"])
+
+
+def _with_setups(**setup) -> dict:
+    data = _valid()
+    data["setups"] = [dict({"name": "reference"}, **setup), {"name": "tuned"}]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_with_setups(methods={"Nope": {}}), "unknown method 'Nope'"),
+        (_with_setups(methods={"TPO": {"algo": "SAC"}}), "algo 'SAC'.*cannot run"),
+        (_with_setups(methods={"TPO": {"lr": 1}}), r"methods\['TPO'\] must be"),
+        (_with_setups(params=[1]), "params an object"),
+        (_with_setups(colour="red"), "unknown fields \\['colour'\\]"),
+        (_with_setups(name="a/b"), "needs a 'name'"),
+        (dict(_valid(), setups=[{"name": "x"}, {"name": "x"}]), "duplicate setup names"),
+    ],
+)
+def test_validation_rejects_bad_setups(data: dict, message: str) -> None:
+    with pytest.raises(PresetError, match=message):
+        validate_preset(data, source="test")

@@ -392,7 +392,7 @@ def test_report_text_comes_from_the_packaged_preset_when_the_runs_match(tmp_path
     text = (out / "report.md").read_text()
     assert "an old" not in text and "docs/method.md section 3" in text
     assert "Fig. 3b: TPO maintains the lowest misalignment" in text
-    assert "1 more claim(s) of the full preset" in text  # Fig. 3a compares with GRPO and PG, not run here
+    assert "2 more claim(s) of the full preset" in text  # Fig. 3a (once per setup) compares with GRPO and PG
 
 
 def test_per_seed_steps_to_threshold_table_and_figure(claims_report: Path) -> None:

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run only these settings (comma-separated names of the preset's columns; any case)")
     bench.add_argument("--methods", default=None, metavar="X,Y",
                        help="run only these methods (comma-separated names of the preset's rows; any case)")
+    bench.add_argument("--setups", default=None, metavar="A,B",
+                       help="run only these setups of a preset with setups (reference, tuned: docs/method.md "
+                            "section 4b; default: all, side by side)")
     bench.add_argument("--out", default=None, help="output directory (default: runs/<preset>)")
     bench.add_argument("--backend", choices=("local", "ray"), default="local",
                        help="local worker processes, or a Ray cluster (pip install 'tpo-gym[ray]'; "
@@ -202,7 +205,11 @@ def describe_preset(preset: Preset, seeds: int | None = None, workers: int = 2) 
              f"paper:   {preset.data['paper_ref']}",
              f"seeds:   {n} (0..{n - 1}){'' if seeds is None else f'; the preset default is {preset.seeds}'}",
              f"runs:    {est.runs} (method x setting x seed), each one process with one thread",
-             "methods: " + "; ".join(_method_text(m) for m in preset.methods), ""]
+             "methods: " + "; ".join(_method_text(m) for m in preset.methods)]
+    if preset.setups:
+        lines.append("setups:  " + ", ".join(preset.setups) + " (each setting runs once per setup: docs/method.md "
+                     "section 4b; --setups selects)")
+    lines.append("")
     rows = [["setting", "kind", "budget", "methods", "runs", "est. compute"]]
     for s in preset.settings:
         methods = [m["name"] for m in preset.setting_methods(s)]
@@ -288,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         subs["bench"].error(f"--device: {exc}")
     try:
         preset = load_preset(args.preset)
-        if args.settings or args.methods:
-            preset = preset.subset(_names(args.settings), _names(args.methods))
+        if args.settings or args.methods or args.setups:
+            preset = preset.subset(_names(args.settings), _names(args.methods), _names(args.setups))
         if args.backend == "ray" and not args.list:
             require_ray()
     except (PresetError, BackendError) as exc:

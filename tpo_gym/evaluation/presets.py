@@ -23,6 +23,14 @@ with ``test`` one of :data:`CHECK_TESTS` (see :mod:`tpo_gym.evaluation.claims`).
 method, or need a setting, outside the subset.
 ``notes`` (optional) -- remarks on how this preset runs the paper's setup, printed in the report.
 ``tables`` (optional) -- ``{"title", "settings", "methods"}`` groups, one report table each.
+``setups`` (optional) -- named model / optimiser setups the table runs side by side (docs/method.md
+section 4b): ``[{"name", "description"?, "params"?, "methods"?}, ...]``, the first the default. Loading
+expands every setting ``S`` into one column ``S (name)`` per setup: ``params`` is merged key by key
+into the setting's ``params`` (``{"agent_kwargs": {"policy_kwargs": {"setup": "reference"}}}``), and
+``methods`` maps a method name to what it runs as under that setup (``{"algo"?, "kwargs"?}``; kwargs
+merged into the method's). Paper numbers, tables and the ``settings`` of claim checks name the
+unexpanded settings; each paper number applies to every setup's column, and each claim is checked
+once per setup. Expanded settings carry ``"base"`` and ``"setup"``.
 ``curves`` (optional) -- logged keys to plot (default ``["error"]``); ``log_y`` (optional bool).
 """
 
@@ -40,8 +48,8 @@ from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 
-__all__ = ["CHECK_TESTS", "Preset", "RunSpec", "PresetError", "available_presets", "load_preset",
-           "resolve_names", "validate_preset"]
+__all__ = ["CHECK_TESTS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups", "load_preset",
+           "resolve_names", "setup_setting_name", "validate_preset"]
 
 #: The tests a claim check may name (evaluated by :mod:`tpo_gym.evaluation.claims`).
 CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "worst_setting")
@@ -124,10 +132,20 @@ class Preset:
     def metrics(self) -> list[dict[str, Any]]:
         return self.data["metrics"]
 
+    @property
+    def setups(self) -> list[str]:
+        """Names of the preset's setups (its ``setups`` field; empty when it has none)."""
+        return [u["name"] for u in self.data.get("setups", [])]
+
     def setting_methods(self, setting: dict[str, Any]) -> list[dict[str, Any]]:
-        """The methods run in ``setting`` (all, or the setting's ``methods`` subset), in preset order."""
+        """The methods run in ``setting`` (all, or the setting's ``methods`` subset), in preset order.
+
+        Under a setup that changes a method, its entry here is the changed one (``algo``, ``kwargs``).
+        """
         subset = setting.get("methods")
-        return [m for m in self.methods if subset is None or m["name"] in subset]
+        override = setting.get("method_overrides", {})
+        return [_override_method(m, override.get(m["name"])) for m in self.methods
+                if subset is None or m["name"] in subset]
 
     def tables(self) -> list[dict[str, Any]]:
         """Report tables: the preset's ``tables`` or one table with every setting and method."""
@@ -136,18 +154,33 @@ class Preset:
         return [{"title": self.data.get("paper_ref", self.name), "settings": [s["name"] for s in self.settings],
                  "methods": [m["name"] for m in self.methods]}]
 
-    def subset(self, settings: list[str] | None = None, methods: list[str] | None = None) -> Preset:
-        """A preset restricted to some settings and/or methods (paper numbers and tables pruned to match).
+    def subset(self, settings: list[str] | None = None, methods: list[str] | None = None,
+               setups: list[str] | None = None) -> Preset:
+        """A preset restricted to some settings, methods and/or setups (paper numbers and tables pruned to match).
 
-        Names match exactly or, failing that, case-insensitively (``ppo`` selects ``PPO``).
+        Names match exactly or, failing that, case-insensitively (``ppo`` selects ``PPO``). In a preset
+        with setups, a setting's unexpanded name (``V=2``) selects its column under every setup.
 
         :raises PresetError: a name that is not in the preset (with close matches).
         """
         data = copy.deepcopy(self.data)
+        if setups is not None:
+            if not self.setups:
+                raise PresetError(f"preset {self.name!r} has no setups (it runs one configuration)")
+            chosen = resolve_names(setups, self.setups, f"preset {self.name!r}", "setups")
+            data["setups"] = [u for u in data["setups"] if u["name"] in chosen]
+            data["settings"] = [x for x in data["settings"] if x["setup"] in chosen]
         for kind, wanted in (("settings", settings), ("methods", methods)):
             if wanted is None:
                 continue
-            chosen = resolve_names(wanted, [x["name"] for x in data[kind]], f"preset {self.name!r}", kind)
+            known = [x["name"] for x in data[kind]]
+            if kind == "settings":
+                bases = list(dict.fromkeys(x["base"] for x in data[kind] if "base" in x))
+                chosen = resolve_names(wanted, known + [b for b in bases if b not in known],
+                                       f"preset {self.name!r}", kind)
+                chosen = [x["name"] for x in data[kind] if x["name"] in chosen or x.get("base") in chosen]
+            else:
+                chosen = resolve_names(wanted, known, f"preset {self.name!r}", kind)
             data[kind] = [x for x in data[kind] if x["name"] in chosen]
         keep_s = {s["name"] for s in data["settings"]}
         keep_m = {m["name"] for m in data["methods"]}
@@ -177,6 +210,9 @@ class Preset:
             data["paper_claims"] = kept
         if omitted:
             data["omitted_claims"] = int(data.get("omitted_claims", 0)) + omitted
+        if "setups" in data:
+            ran = {x["setup"] for x in data["settings"]}
+            data["setups"] = [u for u in data["setups"] if u["name"] in ran]
         if not data["settings"] or not data["methods"]:
             raise PresetError(f"preset {self.name!r}: the selection leaves no run")
         validate_preset(data, source=f"{self.source} (subset)")
@@ -195,6 +231,79 @@ class Preset:
                         method_kwargs=copy.deepcopy(method.get("kwargs", {})),
                     ))
         return out
+
+
+def _override_method(method: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
+    """``method`` as a setup runs it: ``override``'s ``algo`` replaces the method's, its ``kwargs`` merge in."""
+    if not override:
+        return method
+    return dict(method, algo=override.get("algo", method["algo"]),
+                kwargs=_merge(method.get("kwargs", {}), override.get("kwargs", {})))
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``extra`` key by key, recursing into mappings both hold (copies; neither changes)."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def setup_setting_name(setting: str, setup: str) -> str:
+    """The column name of ``setting`` run under ``setup``: ``"V=2 (reference)"``."""
+    return f"{setting} ({setup})"
+
+
+def expand_setups(data: dict[str, Any]) -> dict[str, Any]:
+    """A validated preset with ``setups`` expanded: one setting per (setting, setup), setup-major within each setting.
+
+    Paper numbers of a setting apply to each of its columns; a table lists a setting's columns side
+    by side; each claim becomes one claim per setup, its checks restricted to that setup's columns
+    (text suffixed ``[<setup> setup]``). Each setup's description becomes a note. A preset without
+    setups, or one already expanded, comes back unchanged (a copy).
+    """
+    data = copy.deepcopy(data)
+    setups = data.get("setups")
+    if not setups or any("setup" in s for s in data["settings"]):
+        return data
+    names = [u["name"] for u in setups]
+    columns = {s["name"]: [setup_setting_name(s["name"], u) for u in names] for s in data["settings"]}
+    settings = []
+    for s in data["settings"]:
+        for u in setups:
+            e = dict(s, name=setup_setting_name(s["name"], u["name"]), base=s["name"], setup=u["name"],
+                     params=_merge(s.get("params", {}), u.get("params", {})))
+            if u.get("methods"):
+                e["method_overrides"] = copy.deepcopy(u["methods"])
+            settings.append(e)
+    data["settings"] = settings
+    data["paper"] = {mid: {m: {c: v for sett, v in cols.items() for c in columns[sett]} for m, cols in rows.items()}
+                     for mid, rows in data.get("paper", {}).items()}
+    for t in data.get("tables", []) or []:
+        t["settings"] = [c for sett in t.get("settings", []) for c in columns[sett]]
+    claims = []
+    for claim in data.get("paper_claims", []):
+        if isinstance(claim, str):
+            claims.append(claim)
+            continue
+        for i, u in enumerate(names):
+            checks = []
+            for check in claim.get("checks", []):
+                check = dict(check)
+                check["settings"] = [columns[x][i] for x in check.get("settings", columns)]
+                if "setting" in check:
+                    check["setting"] = columns[check["setting"]][i]
+                checks.append(check)
+            claims.append(dict(claim, text=f"{claim['text']} [{u} setup]", checks=checks))
+    if "paper_claims" in data:
+        data["paper_claims"] = claims
+    notes = [f"Setup `{u['name']}`: {u['description']}" for u in setups if u.get("description")]
+    if notes:
+        data["notes"] = notes + list(data.get("notes", []))
+    return data
 
 
 def _prune_claim(claim: Any, settings: set[str], methods: set[str]) -> Any:
@@ -275,6 +384,8 @@ def load_preset(name_or_path: str | Path) -> Preset:
     except json.JSONDecodeError as exc:
         raise PresetError(f"preset file {path} is not valid JSON: {exc}") from exc
     validate_preset(data, source=str(path))
+    data = expand_setups(data)
+    validate_preset(data, source=str(path))
     return Preset(data=data, source=str(path))
 
 
@@ -327,6 +438,24 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
     if len(set(method_names)) != len(method_names):
         _fail(source, f"duplicate method names in {method_names}")
 
+    setups = data.get("setups", [])
+    if not isinstance(setups, list):
+        _fail(source, "setups must be a list of {\"name\", \"description\"?, \"params\"?, \"methods\"?}")
+    setup_names: list[str] = []
+    for u in setups:
+        if not isinstance(u, dict) or not isinstance(u.get("name"), str) or not _NAME.match(u["name"]):
+            _fail(source, f"each setup needs a 'name' of letters, digits and _.=+-() ; got {u!r}")
+        unknown = sorted(set(u) - {"name", "description", "params", "methods"})
+        if unknown:
+            _fail(source, f"setup {u['name']!r}: unknown fields {unknown}; allowed: name, description, params, methods")
+        if not isinstance(u.get("description", ""), str) or not isinstance(u.get("params", {}), dict):
+            _fail(source, f"setup {u['name']!r}: description must be a string and params an object")
+        _check_overrides(source, f"setup {u['name']!r}", u.get("methods", {}), method_names)
+        setup_names.append(u["name"])
+    if len(set(setup_names)) != len(setup_names):
+        _fail(source, f"duplicate setup names in {setup_names}")
+    overrides_of = {u["name"]: u.get("methods", {}) for u in setups}
+
     setting_names: list[str] = []
     for s in data["settings"]:
         if not isinstance(s, dict) or not isinstance(s.get("name"), str):
@@ -343,11 +472,20 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             unknown = [n for n in subset if n not in method_names]
             if unknown:
                 _fail(source, f"setting {s['name']!r} lists unknown methods {unknown}")
+        if "setup" in s:
+            if s["setup"] not in setup_names:
+                _fail(source, f"setting {s['name']!r} names unknown setup {s['setup']!r}; setups: {setup_names}")
+            _check_overrides(source, f"setting {s['name']!r}", s.get("method_overrides", {}), method_names)
+            variants = [s.get("method_overrides", {})]
+        else:  # unexpanded: the setting runs under every setup
+            variants = list(overrides_of.values()) or [{}]
         allowed = methods_for_kind(kind)
-        for m in data["methods"]:
-            if (subset is None or m["name"] in subset) and m["algo"] not in allowed:
-                _fail(source, f"method {m['name']!r} (algo {m['algo']!r}) cannot run in setting {s['name']!r} "
-                              f"of kind {kind!r}; known algos there: {', '.join(allowed)}")
+        for overrides in variants:
+            for m in data["methods"]:
+                algo = overrides.get(m["name"], {}).get("algo", m["algo"])
+                if (subset is None or m["name"] in subset) and algo not in allowed:
+                    _fail(source, f"method {m['name']!r} (algo {algo!r}) cannot run in setting {s['name']!r} "
+                                  f"of kind {kind!r}; known algos there: {', '.join(allowed)}")
         setting_names.append(s["name"])
     if len(set(setting_names)) != len(setting_names):
         _fail(source, f"duplicate setting names in {setting_names}")
@@ -421,6 +559,18 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
         for j, check in enumerate(checks):
             _validate_check(source, f"paper_claims[{i}].checks[{j}]", check, method_names, setting_names,
                             metric_ids)
+
+
+def _check_overrides(source: str, where: str, overrides: Any, method_names: list[str]) -> None:
+    """A setup's ``methods``: ``{method name: {"algo"?: str, "kwargs"?: object}}``."""
+    if not isinstance(overrides, dict):
+        _fail(source, f"{where}: methods must be an object {{method name: {{\"algo\"?, \"kwargs\"?}}}}")
+    for name, o in overrides.items():
+        if name not in method_names:
+            _fail(source, f"{where}: methods names unknown method {name!r}; methods: {', '.join(method_names)}")
+        if not isinstance(o, dict) or set(o) - {"algo", "kwargs"} or not isinstance(o.get("algo", ""), str) \
+                or not isinstance(o.get("kwargs", {}), dict):
+            _fail(source, f"{where}: methods[{name!r}] must be {{\"algo\"?: str, \"kwargs\"?: object}}; got {o!r}")
 
 
 def _validate_check(source: str, where: str, check: Any, method_names: list[str], setting_names: list[str],

@@ -12,6 +12,7 @@ second copy of the math.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +26,7 @@ __all__ = [
     "single_context_bandit",
     "multi_context_bandit",
     "misalignment",
+    "TABULAR_SETUPS",
 ]
 
 SINGLE_CONTEXT_METHODS = ("tpo", "grpo", "pg", "dg", "group_pg", "ce")
@@ -45,12 +47,29 @@ def _check_method(method: str, allowed: tuple[str, ...]) -> str:
     return method
 
 
+#: Named setups of the tabular experiments: this project's (``"tuned"``) and the reference code's.
+TABULAR_SETUPS = ("tuned", "reference")
+#: The reference code's constant baseline / score of an arm with no observed reward (docs/method.md section 4b).
+REFERENCE_BASELINE = 0.5
+
+
 def _sampled_loss(
-    method: str, logits: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int, eta: float
+    method: str, logits: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int, eta: float,
+    setup: str = "tuned",
 ) -> torch.Tensor:
     """The method's loss on one batch of B sampled actions of the single-context bandit."""
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all[actions]  # [B]: the B samples form one group of candidates
+    if setup == "reference" and method == "tpo":
+        # one score per arm: the observed reward of a sampled arm, the baseline for an unsampled one;
+        # target and cross-entropy over every arm (one group of n_arms candidates)
+        u = torch.full_like(logits, REFERENCE_BASELINE, dtype=rewards.dtype)
+        u[actions] = rewards
+        q = O.tpo_target(logp_all.detach()[None], u[None], eta=eta)
+        return O.tpo_loss(logp_all[None], q)
+    if setup == "reference" and method in ("pg", "dg"):
+        adv = rewards - REFERENCE_BASELINE
+        return O.reinforce_loss(logp, adv) if method == "pg" else O.dg_loss(logp, adv, eta=eta)
     if method == "tpo":
         u = O.standardize_scores(rewards)
         q = O.tpo_target(logp.detach(), u, eta=eta)
@@ -76,6 +95,7 @@ def single_context_bandit(
     steps: int = 150,
     step_size: float = 0.1,
     eta: float = 1.0,
+    setup: str = "tuned",
 ) -> list[dict]:
     r"""Single-context bandit with one correct arm (docs/method.md section 3; paper figure 3).
 
@@ -85,10 +105,19 @@ def single_context_bandit(
     error :math:`1 - \pi(y^*)` and misalignment :math:`1 - \cos(g, g^*)` to the oracle direction
     :math:`g^* = \pi(y^*)(e_{y^*} - \pi)`.
 
+    ``setup="tuned"`` (default): the B samples form one group; TPO and GRPO use their z-scores, PG
+    and DG the batch-mean baseline. ``setup="reference"`` (the reference code, docs/method.md section
+    4b): TPO scores every arm, :math:`u_a = r_a` for a sampled arm and 0.5 for an unsampled one, and
+    fits :math:`q \propto \pi\, e^{u/\eta}` over all arms (direction :math:`q - \pi`); PG and DG
+    use the constant baseline 0.5, :math:`A = r - 0.5`; the other methods are unchanged. (Which score
+    the reference gives an unsampled arm is our reading of "baseline 0.5".)
+
     :return: rows ``{"step", "error", "misalignment", "grad_norm"}``, one per step, plus a final
         row at ``step == steps`` with the error after the last update.
     """
     _check_method(method, SINGLE_CONTEXT_METHODS)
+    if setup not in TABULAR_SETUPS:
+        raise ValueError(f"setup must be one of {', '.join(TABULAR_SETUPS)}; got {setup!r}")
     if n_arms < 2 or batch_size < 1 or steps < 1 or step_size <= 0:
         raise ValueError(
             f"need n_arms >= 2, batch_size >= 1, steps >= 1, step_size > 0; got n_arms={n_arms}, "
@@ -106,7 +135,7 @@ def single_context_bandit(
         actions = torch.multinomial(pi, batch_size, replacement=True, generator=gen)
         rewards = (actions == correct).to(torch.float64)
         table = logits.clone().requires_grad_(True)
-        _sampled_loss(method, table, actions, rewards, correct, eta).backward()
+        _sampled_loss(method, table, actions, rewards, correct, eta, setup).backward()
         g = -table.grad
         g_star = pi[correct] * (e_star - pi)
         norm = g.norm()
@@ -136,7 +165,8 @@ def multi_context_bandit(
     n_arms: int = 10,
     steps: int = 1000,
     step_size: float = 0.1,
-    lam: float = 28.0,
+    lam: float | None = None,
+    setup: str = "tuned",
 ) -> list[dict]:
     r"""Multi-context bandit with exact population updates (docs/method.md section 3; paper figure 4).
 
@@ -148,8 +178,17 @@ def multi_context_bandit(
     (The CE direction equals minus the gradient of :func:`tpo_gym.objectives.cross_entropy_loss`;
     the tests check it.)
     Logged: error :math:`1 - \tfrac1N\sum_n \pi_n(y_n)` and misalignment to the CE direction.
+
+    ``setup="tuned"`` (default): :math:`\lambda = 28`, each row's error is the one *before* that
+    step's update (plus a final row at ``step == steps``). ``setup="reference"``: :math:`\lambda =
+    e^{10/3} \approx 28.03` and each row's error is the one *after* its update, as the reference
+    logs it (docs/method.md section 4b). ``lam`` overrides either.
     """
     _check_method(method, MULTI_CONTEXT_METHODS)
+    if setup not in TABULAR_SETUPS:
+        raise ValueError(f"setup must be one of {', '.join(TABULAR_SETUPS)}; got {setup!r}")
+    if lam is None:
+        lam = math.exp(10 / 3) if setup == "reference" else 28.0
     if n_contexts < 1 or n_arms < 2 or steps < 1 or step_size <= 0 or lam <= 1:
         raise ValueError(
             f"need n_contexts >= 1, n_arms >= 2, steps >= 1, step_size > 0, lam > 1; got "
@@ -166,7 +205,12 @@ def multi_context_bandit(
         p = pi.gather(1, labels[:, None])
         g_ce = onehot - pi
         g = coef(p) * g_ce
-        rows.append({"step": step, "error": float(1 - p.mean()), "misalignment": misalignment(g, g_ce)})
+        row = {"step": step, "error": float(1 - p.mean()), "misalignment": misalignment(g, g_ce)}
         logits = logits + step_size * g / g.norm()
-    rows.append({"step": steps, "error": float(1 - torch.softmax(logits, -1).gather(1, labels[:, None]).mean())})
+        if setup == "reference":
+            row["error"] = float(1 - torch.softmax(logits, -1).gather(1, labels[:, None]).mean())
+        rows.append(row)
+    if setup != "reference":
+        rows.append({"step": steps,
+                     "error": float(1 - torch.softmax(logits, -1).gather(1, labels[:, None]).mean())})
     return rows
