@@ -51,6 +51,7 @@ from tpo_gym.agents.sampling import (
     collect_rollouts,
     group_api_available,
     make_rollout_env,
+    tensor_env_available,
 )
 
 __all__ = ["GroupAlgorithm", "Grouping"]
@@ -155,6 +156,11 @@ class GroupAlgorithm(BaseAlgorithm):
     :param verbose: 0 silent, 1 training logs, 2 debug.
     :param seed: seed of the initialisation, the env resets and the action draws.
     :param device: torch device (default ``"cpu"``: these models are small).
+    :param rollouts_on_device: roll out in the env's on-device tensor form (the token tasks:
+        :class:`~tpo_gym.envs.token_task.TokenTaskTensorEnv`), so rollout, candidate scoring and the
+        batch stay on ``device`` with no host round trip inside an iteration. ``None`` (default): when
+        ``device`` is CUDA and the env has that form; ``True``: always (an env without one raises);
+        ``False``: the numpy envs. Same values either way (tested on CPU).
     :param _init_setup_model: build the networks (``False`` is used by ``load``).
     """
 
@@ -211,8 +217,12 @@ class GroupAlgorithm(BaseAlgorithm):
         verbose: int = 0,
         seed: int | None = None,
         device: torch.device | str = "cpu",
+        rollouts_on_device: bool | None = None,
         _init_setup_model: bool = True,
     ) -> None:
+        if rollouts_on_device is not None and not isinstance(rollouts_on_device, bool):
+            raise ValueError(f"rollouts_on_device must be None, True or False, got {rollouts_on_device!r}")
+        self.rollouts_on_device = rollouts_on_device
         given = {"level": level, "budget": budget, "group_size": group_size}
         defaults = inspect.signature(GroupAlgorithm.__init__).parameters
         for name, fixed in self.fixed_params.items():
@@ -430,8 +440,18 @@ class GroupAlgorithm(BaseAlgorithm):
     def _get_rollout_env(self) -> RolloutEnv:
         if self._rollout_env is None or self._rollout_env.num_envs != self.n_rollouts:
             assert self._source is not None
-            self._rollout_env = make_rollout_env(self._source, self.n_rollouts)
+            self._rollout_env = make_rollout_env(self._source, self.n_rollouts, self._rollout_device())
         return self._rollout_env
+
+    def _rollout_device(self) -> torch.device | None:
+        """The device of on-device rollouts (see ``rollouts_on_device``), or ``None`` for the numpy envs."""
+        wanted = getattr(self, "rollouts_on_device", None)
+        if wanted is False or self._text:
+            return None
+        assert self._source is not None
+        if wanted is None and (self.device.type != "cuda" or not tensor_env_available(self._source)):
+            return None
+        return self.device
 
     @property
     def steps_per_iteration(self) -> int:

@@ -42,6 +42,7 @@ __all__ = [
     "RolloutBatch",
     "group_api_available",
     "make_rollout_env",
+    "tensor_env_available",
     "sample_candidates",
     "collect_rollouts",
 ]
@@ -112,12 +113,15 @@ class RolloutEnv:
         ``max_episode_steps`` bound of other envs.
     :param reward_credit: the env's ``reward_credit``: ``"step"`` (per-step rewards are the per-step
         credit) or ``"episode"`` (every step is credited with the episode's reward: the terminal task).
+    :param on_device: the venv is a native env's on-device tensor form (see :func:`make_rollout_env`).
     """
 
     venv: gym.vector.VectorEnv
     native: bool
     horizon: int
     reward_credit: str = "step"
+    #: True for an on-device tensor env (``TokenTaskTensorEnv``): rollouts stay on its device.
+    on_device: bool = False
 
     @property
     def num_envs(self) -> int:
@@ -143,17 +147,41 @@ def _reward_credit(env: Any) -> str:
     return str(credit)
 
 
-def make_rollout_env(source: RolloutSource, num_envs: int) -> RolloutEnv:
+def tensor_env_available(source: RolloutSource) -> bool:
+    """Whether ``source``'s native vector env has an on-device tensor form (its ``tensor_env`` class)."""
+    if not group_api_available(source):
+        return False
+    creator = source.spec.vector_entry_point  # type: ignore[union-attr]
+    if isinstance(creator, str):
+        creator = load_env_creator(creator)
+    return getattr(creator, "tensor_env", None) is not None
+
+
+def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -> RolloutEnv:
     """Build the vector env of ``num_envs`` sub-envs that the agent rolls out in.
 
     An env with the group API (:func:`group_api_available`) is made with
     ``vectorization_mode="vector_entry_point"``; any other env with ``"sync"`` (one copy per
-    sub-env, seeded per sub-env, which is how same-seed groups are formed).
+    sub-env, seeded per sub-env, which is how same-seed groups are formed). With a ``device``, a
+    native env that has an on-device form (:func:`tensor_env_available`: the token tasks) is built
+    as that tensor env on ``device``, so rollouts, scoring and the batch never leave it.
 
     :param source: the env's spec or factory (:class:`RolloutSource`).
     :param num_envs: number of sub-envs.
+    :param device: ``None`` (numpy envs), or the torch device of an on-device tensor env.
+    :raises ValueError: a ``device`` for an env without an on-device form.
     """
     spec = source.spec
+    if device is not None:
+        if not tensor_env_available(source):
+            name = spec.id if spec is not None else "this env"
+            raise ValueError(f"{name} has no on-device tensor form (the token tasks have one); roll out on the host")
+        assert spec is not None
+        creator = spec.vector_entry_point
+        if isinstance(creator, str):
+            creator = load_env_creator(creator)
+        venv = creator.tensor_env(num_envs=num_envs, device=device, check_actions=False, **spec.kwargs)
+        return RolloutEnv(venv, True, int(venv.fixed_horizon), _reward_credit(venv), on_device=True)
     if group_api_available(source):
         assert spec is not None
         venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point")
@@ -274,6 +302,8 @@ def collect_rollouts(
     :param score_all_actions: also score every action at every state (the CE oracle).
     :param group_size: K > 1 to start rollouts in groups of K from one context (sequence level).
     """
+    if env.on_device:
+        return _collect_on_device(policy, env, seed, n_candidates, score_all_actions, group_size)
     venv = env.venv
     n = env.num_envs
     if (n_candidates > 0 or score_all_actions) and not env.native:
@@ -359,4 +389,68 @@ def collect_rollouts(
         error=error,
         n_steps=int(lengths.sum()),
         reward_credit=env.reward_credit,
+    )
+
+
+def _collect_on_device(
+    policy: CategoricalPolicy, env: RolloutEnv, seed: int, n_candidates: int, score_all_actions: bool,
+    group_size: int,
+) -> RolloutBatch:
+    """:func:`collect_rollouts` for an on-device tensor env: every buffer, draw and score on its device.
+
+    The same seeds, draws and values as the host path (on CPU the batches are equal; the tests check
+    it): the env is reset from the same seed, actions are drawn by a generator on the device seeded
+    the same way. Episodes last exactly ``env.horizon`` steps in lockstep (tensor envs promise it), so
+    there is no early exit and no step mask. The only value read back is the batch's logged error, once,
+    after the last step.
+    """
+    venv = env.venv
+    n = env.num_envs
+    if n % group_size != 0:
+        raise ValueError(f"group_size {group_size} must divide the number of rollouts {n}")
+    rng = np.random.default_rng(seed)
+    options = {"group_size": group_size} if group_size > 1 else None
+    obs, _ = venv.reset(seed=int(rng.integers(2**31 - 1)), options=options)
+    device = venv.device
+    generator = torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
+    n_actions = policy.n_actions
+    horizon = env.horizon
+    obs_buf = torch.empty((n, horizon, *obs.shape[1:]), dtype=obs.dtype, device=device)
+    actions = torch.empty((n, horizon), dtype=torch.int64, device=device)
+    logp_old = torch.empty((n, horizon, n_actions), dtype=torch.float32, device=device)
+    rewards = torch.zeros((n, horizon), dtype=torch.float32, device=device)
+    k = max(n_candidates, 1)
+    candidates = torch.empty((n, horizon, k), dtype=torch.int64, device=device) if n_candidates else None
+    width = n_actions if score_all_actions else k
+    scores = torch.zeros((n, horizon, width), dtype=torch.float32, device=device) \
+        if (n_candidates or score_all_actions) else None
+    all_actions = torch.arange(n_actions, device=device).expand(n, n_actions) if score_all_actions else None
+    ep_score = ep_error = None
+    policy.set_training_mode(False)
+    decode = policy.rollout_decoder()
+    for t in range(horizon):
+        obs_buf[:, t] = obs
+        logits = decode(obs).float()
+        logp_old[:, t] = torch.log_softmax(logits, dim=-1)
+        draws = sample_candidates(logits, k, generator)
+        act = draws[:, 0]
+        actions[:, t] = act
+        if candidates is not None:
+            candidates[:, t] = draws
+            scores[:, t] = venv.score_candidates(draws)  # type: ignore[index, attr-defined]
+        elif all_actions is not None:
+            scores[:, t] = venv.score_candidates(all_actions)  # type: ignore[index, attr-defined]
+        obs, reward, _, _, info = venv.step(act)
+        rewards[:, t] = reward
+        if "score" in info:
+            ep_score, ep_error = info["score"], info["error"]
+    if ep_score is None:  # pragma: no cover - a tensor env ends every episode at its fixed horizon
+        raise RuntimeError(f"{type(venv).__name__}: episodes did not end within their fixed horizon {horizon}")
+    returns = rewards.sum(dim=1)
+    return RolloutBatch(
+        obs=obs_buf, actions=actions, rewards=rewards, step_mask=None, logp_old=logp_old,
+        candidates=candidates, candidate_scores=scores, group_size=group_size,
+        episode_scores=ep_score.float(), returns=returns,
+        lengths=torch.full((n,), horizon, dtype=torch.int64, device=device),
+        error=float(np.mean(ep_error.cpu().numpy())), n_steps=n * horizon, reward_credit=env.reward_credit,
     )

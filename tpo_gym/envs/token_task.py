@@ -26,37 +26,65 @@ TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag", "sequential", "terminal")
 
 
-def token_targets(prompts: np.ndarray, target: str, vocab_size: int) -> np.ndarray:
+def _is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (checked without importing torch)."""
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def token_targets(prompts: Any, target: str, vocab_size: int) -> Any:
     """The tokens the policy must write for each prompt: ``int64``, same shape as ``prompts``.
 
     ``prompts`` has shape ``[..., H]``. copy: ``x``; flip: ``V - 1 - x``; reverse_copy: ``x`` reversed
-    along the last axis; reverse_flip: ``V - 1 - x`` reversed. A pure function (no env needed).
+    along the last axis; reverse_flip: ``V - 1 - x`` reversed. A pure function (no env needed); a
+    torch tensor gives a tensor on its device, anything else a numpy array.
     """
     check_choice("target", target, TARGETS)
-    x = np.asarray(prompts, dtype=np.int64)
+    tensor = _is_tensor(prompts)
+    x = prompts.long() if tensor else np.asarray(prompts, dtype=np.int64)
     if target in ("flip", "reverse_flip"):
         x = vocab_size - 1 - x
     if target.startswith("reverse"):
-        x = x[..., ::-1]
-    return np.ascontiguousarray(x)
+        x = x.flip(-1) if tensor else x[..., ::-1]
+    return x.contiguous() if tensor else np.ascontiguousarray(x)
+
+
+def candidate_rewards(correct: Any, prefix_ok: Any, at_last: Any, reward: str) -> Any:
+    r"""Which tokens earn reward 1 if written now: **the** definition of the three reward rules.
+
+    .. math::
+        \text{bag: } r = c, \qquad \text{sequential: } r = c \wedge p, \qquad
+        \text{terminal: } r = c \wedge p \wedge \ell
+
+    with ``c`` = the token is correct at this position, ``p`` = every earlier token of the episode was
+    correct, ``\ell`` = this is the last position (H - 1). Bool in, bool out, broadcasting, on numpy
+    arrays and torch tensors alike: every token env (single, native vector, on-device tensor) and
+    :func:`step_rewards` call it, so the rules live here only.
+
+    :param correct: bool ``[..., K]`` correctness of each candidate.
+    :param prefix_ok: bool broadcastable to ``correct`` (``p``).
+    :param at_last: bool broadcastable to ``correct`` (``\ell``): a Python bool or an array.
+    :param reward: ``"bag"``, ``"sequential"`` or ``"terminal"``.
+    """
+    if reward == "bag":
+        return correct
+    ok = correct & prefix_ok
+    return ok & at_last if reward == "terminal" else ok
 
 
 def step_rewards(correct: np.ndarray, reward: str) -> np.ndarray:
     """Per-step rewards ``float32 [..., H]`` from the correctness ``c_t`` of a whole episode.
 
     bag: ``r_t = c_t``; sequential: ``r_t = prod_{j<=t} c_j``; terminal: ``r_t = 0`` for ``t < H-1``
-    and ``r_{H-1} = 1{all correct}``. A pure function, handy for tests and for sequence scoring.
+    and ``r_{H-1} = 1{all correct}`` (:func:`candidate_rewards` at every position). A pure function,
+    handy for tests and for sequence scoring.
     """
     check_choice("reward", reward, REWARDS)
     c = np.asarray(correct).astype(bool)
-    if reward == "bag":
-        return c.astype(np.float32)
     prefix = np.logical_and.accumulate(c, axis=-1)
-    if reward == "sequential":
-        return prefix.astype(np.float32)
-    out = np.zeros(c.shape, dtype=np.float32)
-    out[..., -1] = prefix[..., -1]
-    return out
+    before = np.concatenate([np.ones(c.shape[:-1] + (1,), dtype=bool), prefix[..., :-1]], axis=-1)
+    last = np.zeros(c.shape[-1], dtype=bool)
+    last[-1:] = True
+    return candidate_rewards(c, before, last, reward).astype(np.float32)
 
 
 def _check_token_kwargs(target: str, reward: str, vocab_size: int, length: int) -> tuple[str, str, int, int]:
@@ -87,16 +115,20 @@ def episode_summary(n_correct: np.ndarray, prefix_len: np.ndarray, length: int, 
     ``n_correct``: correct tokens; ``prefix_len``: length of the all-correct prefix. bag: score =
     return / H = ``n_correct / H``; sequential: score = return / H = ``prefix_len / H``; both with
     error = token error ``1 - n_correct / H``. terminal: score = exact match (0/1), error =
-    ``1 - exact match``.
+    ``1 - exact match``. numpy arrays or torch tensors (then tensors, float64).
     """
-    n_correct = np.asarray(n_correct, dtype=np.float64)
+
+    def f64(x: Any) -> Any:
+        return x.double() if _is_tensor(x) else np.asarray(x, dtype=np.float64)
+
+    n_correct = f64(n_correct)
     if reward == "terminal":
-        score = (n_correct == length).astype(np.float64)
+        score = f64(n_correct == length)
         return score, 1.0 - score
     token_error = 1.0 - n_correct / length
     if reward == "bag":
         return n_correct / length, token_error
-    return np.asarray(prefix_len, dtype=np.float64) / length, token_error
+    return f64(prefix_len) / length, token_error
 
 
 class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
@@ -223,11 +255,8 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
             raise RuntimeError("TokenTaskEnv: the episode is over (or never started); call reset() first")
 
     def _reward_of(self, correct: np.ndarray) -> np.ndarray:
-        if self.reward == "bag":
-            return correct.astype(np.float32)
-        if self.reward == "terminal" and self._t != self.length - 1:
-            return np.zeros(correct.shape, dtype=np.float32)
-        return (correct & self._prefix_ok).astype(np.float32)
+        at_last = self._t == self.length - 1
+        return np.asarray(candidate_rewards(correct, self._prefix_ok, at_last, self.reward), dtype=np.float32)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Write the next token."""
@@ -315,12 +344,8 @@ class TokenTaskVectorEnv(NativeVectorEnv):
 
     def _rewards_of(self, correct: np.ndarray) -> np.ndarray:
         """Rewards for correctness ``correct [N, K]`` at each sub-env's current step."""
-        if self.reward == "bag":
-            return correct.astype(np.float32)
-        ok = correct & self._prefix_ok[:, None]
-        if self.reward == "terminal":
-            ok &= (self._t == self.length - 1)[:, None]
-        return ok.astype(np.float32)
+        at_last = (self._t == self.length - 1)[:, None]
+        return candidate_rewards(correct, self._prefix_ok[:, None], at_last, self.reward).astype(np.float32)
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Write one token per sub-env (sub-envs awaiting autoreset are reset instead)."""
@@ -362,3 +387,158 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         t = np.minimum(self._t, self.length - 1)
         correct = (cand == self._target[self._rows, t][:, None]) & ~self._needs_reset[:, None]
         return self._rewards_of(correct)
+
+
+class TokenTaskTensorEnv(NativeVectorEnv):
+    """:class:`TokenTaskVectorEnv` held on a torch device: rollouts without host round trips.
+
+    The same task, seeding, ``NEXT_STEP`` autoreset, ``group_size`` option, spaces, rewards (one
+    definition: :func:`candidate_rewards`), ``info`` keys and ``reward_credit`` as the numpy vector
+    env, but the state lives in torch tensors on ``device``: ``reset`` returns and ``step`` takes and
+    returns torch tensors (observations ``int64 [N, 2H]``, actions ``int64 [N]``, rewards
+    ``float32 [N]``, terminated / truncated ``bool [N]``, infos float64 / bool tensors with their
+    masks), and ``score_candidates(int64 [N, K]) -> float32 [N, K]`` is tensor code. For the same
+    seeds and actions every value equals the numpy env's (the tests compare them).
+
+    Every sub-env starts at ``reset`` and every episode lasts exactly H steps, so the sub-envs move in
+    lockstep: the step index is one host integer, and nothing inside an episode reads a device value
+    back. Prompts are drawn on the host from each sub-env's numpy generator (exactly as the numpy
+    env draws them) and uploaded once per reset. With ``check_actions=True`` (default) ``step`` and
+    ``score_candidates`` also check that every value is in ``[0, V)``, which reads the tensor back;
+    the agents' rollouts pass ``False`` (their actions are their own samples).
+
+    :param device: torch device of the state (``"cpu"``, ``"cuda"``, ``"cuda:N"``...).
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": NativeVectorEnv.metadata["autoreset_mode"], "render_modes": []}
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        target: str = "reverse_copy",
+        reward: str = "bag",
+        vocab_size: int = 2,
+        length: int = 10,
+        device: Any = "cpu",
+        check_actions: bool = True,
+    ) -> None:
+        import torch
+
+        super().__init__(num_envs)
+        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        if vocab_size >= 2**62:  # pragma: no cover - the int64 state holds V as padding
+            raise ValueError(f"vocab_size must be < 2**62 on a torch device, got {vocab_size}")
+        self.reward_credit = reward_credit_of(self.reward)
+        self.device = torch.device(device)
+        self.check_actions = bool(check_actions)
+        #: Episodes of every sub-env last exactly this many steps (the rollout collector reads it).
+        self.fixed_horizon = self.length
+        n, v, h = self.num_envs, self.vocab_size, self.length
+        self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))
+        self._state = torch.full((n, 2 * h), v, dtype=torch.int64, device=self.device)
+        self._target = torch.zeros((n, h), dtype=torch.int64, device=self.device)
+        self._prefix_ok = torch.ones(n, dtype=torch.bool, device=self.device)
+        self._n_correct = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self._prefix_len = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self._t = 0  # the step index of every sub-env (lockstep)
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        return draw_tokens(gens, self.vocab_size, self.length)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        import torch
+
+        if env_ids.size != self.num_envs:  # pragma: no cover - resets always cover every sub-env here
+            raise RuntimeError("internal error: TokenTaskTensorEnv resets all sub-envs together")
+        prompts = torch.from_numpy(np.ascontiguousarray(contexts)).to(self.device, non_blocking=True)
+        h = self.length
+        self._state[:, :h] = prompts
+        self._state[:, h:] = self.vocab_size
+        self._target = token_targets(prompts, self.target, self.vocab_size)
+        self._t = 0
+        self._prefix_ok.fill_(True)
+        self._n_correct.zero_()
+        self._prefix_len.zero_()
+
+    def _observations(self) -> Any:
+        return self._state.clone()
+
+    @property
+    def prompts(self) -> Any:
+        """The current prompts ``int64 [num_envs, H]`` (a copy, on the device)."""
+        return self._state[:, : self.length].clone()
+
+    def _as_tokens(self, x: Any, shape: tuple[int, ...], what: str) -> Any:
+        import torch
+
+        if not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(np.asarray(x), device=self.device)
+        if x.dtype in (torch.bool,) or x.dtype.is_floating_point or x.dtype.is_complex:
+            raise ValueError(f"{what} must have an integer dtype, got dtype {x.dtype}")
+        if tuple(x.shape[: len(shape)]) != shape or x.ndim != len(shape) + (what == "candidates"):
+            want = f"({self.num_envs},)" if what == "actions" else f"({self.num_envs}, K)"
+            raise ValueError(f"{what} must have shape {want}, got shape {tuple(x.shape)}")
+        if what == "candidates" and x.shape[1] < 1:
+            raise ValueError(f"candidates must have shape ({self.num_envs}, K) with K >= 1, got shape {tuple(x.shape)}")
+        x = x.to(self.device, torch.int64)
+        if self.check_actions and x.numel():
+            bad = x[(x < 0) | (x >= self.vocab_size)]
+            if bad.numel():
+                raise ValueError(f"{what} must be integers in [0, {self.vocab_size}) (Discrete({self.vocab_size})), "
+                                 f"got {bad[:8].tolist()} outside it")
+        return x
+
+    def _rewards_of(self, correct: Any) -> Any:
+        """Rewards ``float32 [N, K]`` for correctness ``correct [N, K]`` at the current step."""
+        at_last = self._t == self.length - 1
+        return candidate_rewards(correct, self._prefix_ok[:, None], at_last, self.reward).float()
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Write one token per sub-env; after the episodes end, the next call resets them instead."""
+        import torch
+
+        self._check_has_reset()
+        acts = self._as_tokens(actions, (self.num_envs,), "actions")
+        n = self.num_envs
+        no = torch.zeros(n, dtype=torch.bool, device=self.device)
+        if self._needs_reset.any():  # host flags: every sub-env ended at the previous step
+            self._reset_subenvs(self._needs_reset.copy())
+            return self._observations(), torch.zeros(n, device=self.device), no, no.clone(), {}
+        t = self._t
+        correct = acts == self._target[:, t]
+        rewards = self._rewards_of(correct[:, None])[:, 0]
+        self._prefix_ok &= correct
+        self._n_correct += correct
+        self._prefix_len += self._prefix_ok
+        self._state[:, self.length + t] = acts
+        self._t += 1
+        ended = self._t == self.length
+        terminated = torch.full((n,), ended, dtype=torch.bool, device=self.device)
+        info: dict[str, Any] = {}
+        if ended:
+            self._needs_reset[:] = True
+            mask = torch.ones(n, dtype=torch.bool, device=self.device)
+            exact = self._n_correct == self.length
+            score, error = episode_summary(self._n_correct, self._prefix_len, self.length, self.reward)
+            for key, value in (("token_error", 1.0 - self._n_correct.double() / self.length), ("exact_match", exact),
+                               ("is_success", exact), ("score", score), ("error", error)):
+                info[key], info["_" + key] = value, mask
+        return self._observations(), rewards, terminated, no, info
+
+    def score_candidates(self, candidates: Any) -> Any:
+        """Reward ``float32 [num_envs, K]`` of K candidate next tokens per sub-env, no side effects.
+
+        After the episodes ended (awaiting autoreset) every candidate scores 0, as in the numpy env.
+        """
+        import torch
+
+        self._check_has_reset()
+        cand = self._as_tokens(candidates, (self.num_envs,), "candidates")
+        if self._needs_reset.any():
+            return torch.zeros(cand.shape, dtype=torch.float32, device=self.device)
+        correct = cand == self._target[:, self._t][:, None]
+        return self._rewards_of(correct)
+
+
+#: The on-device form of the native vector env (the rollout collector builds it for a torch device).
+TokenTaskVectorEnv.tensor_env = TokenTaskTensorEnv  # type: ignore[attr-defined]
