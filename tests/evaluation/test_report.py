@@ -440,3 +440,21 @@ def test_final_metric_window_and_direction_are_validated(tmp_path: Path) -> None
         data = {**CLAIMS_PRESET, "metrics": [metric], "paper_claims": []}
         with pytest.raises(PresetError, match="better|window"):
             load_preset(str(write_preset(tmp_path, data)))
+
+
+def test_claims_are_checked_under_each_setup_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    preset = load_preset("tabular-single").subset(None, ["TPO", "GRPO", "PG", "DG"])
+    bench(preset, out, seeds=2, progress=False)
+    build_report(out)
+    text = (out / "report.md").read_text()
+    assert "| Method | K=100 B=100 (reference) | K=100 B=100 (tuned) |" in text, "the setups' columns side by side"
+    table = text.split("### Claims under each setup")[1].split("\n## ")[0]
+    assert "| Claim | reference | tuned |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| Fig. 3a"))
+    verdicts = [c.strip() for c in row.strip("|").split("|")[1:]]
+    assert len(verdicts) == 2 and all(v in ("holds", "does not hold", "holds where tested") for v in verdicts), row
+    for setup, verdict in zip(("reference", "tuned"), verdicts, strict=True):
+        assert f"**{verdict}** — Fig. 3a: TPO and DG converge fastest; GRPO and PG plateau at higher error. " \
+               f"[{setup} setup]" in text
+    assert "Setup `reference`:" in text, "each setup's description is in the notes"

@@ -262,7 +262,8 @@ def expand_setups(data: dict[str, Any]) -> dict[str, Any]:
 
     Paper numbers of a setting apply to each of its columns; a table lists a setting's columns side
     by side; each claim becomes one claim per setup, its checks restricted to that setup's columns
-    (text suffixed ``[<setup> setup]``). Each setup's description becomes a note. A preset without
+    (text suffixed ``[<setup> setup]``; the claim keeps ``"claim"``, the unexpanded text, and ``"setup"``).
+    Each setup's description becomes a note. A preset without
     setups, or one already expanded, comes back unchanged (a copy).
     """
     data = copy.deepcopy(data)
@@ -297,7 +298,8 @@ def expand_setups(data: dict[str, Any]) -> dict[str, Any]:
                 if "setting" in check:
                     check["setting"] = columns[check["setting"]][i]
                 checks.append(check)
-            claims.append(dict(claim, text=f"{claim['text']} [{u} setup]", checks=checks))
+            claims.append(dict(claim, text=f"{claim['text']} [{u} setup]", checks=checks, setup=u,
+                               claim=claim["text"]))
     if "paper_claims" in data:
         data["paper_claims"] = claims
     notes = [f"Setup `{u['name']}`: {u['description']}" for u in setups if u.get("description")]

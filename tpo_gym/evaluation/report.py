@@ -839,6 +839,7 @@ def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str]
     md = ["## Claims\n", "The paper's claims for this experiment, checked against this run's numbers "
           f"({_direction_text(preset)}; `never` ranks last).\n"]
     skipped = omitted
+    by_setup: dict[str, dict[str, str]] = {}  # unexpanded claim -> {setup: verdict}
     for claim in claims:
         text = claim if isinstance(claim, str) else claim["text"]
         others = set(full_methods) - set(run_methods)
@@ -849,10 +850,20 @@ def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str]
                                    lambda mid, m, s: _paper(preset, mid, m, s))
         md.append(f"- **{verdict.status}** — {text}")
         md.extend(f"  - {line}" for line in verdict.evidence)
+        if isinstance(claim, dict) and "setup" in claim:
+            by_setup.setdefault(claim["claim"], {})[claim["setup"]] = verdict.status
     if skipped:
         md.append(f"\n{skipped} more claim(s) of the full preset concern methods or settings this run did not "
                   "include.")
     md.append("")
+    setups = [u for u in preset.setups if any(u in v for v in by_setup.values())]
+    if len(setups) > 1:
+        md += ["### Claims under each setup\n",
+               "Whether each claim holds under the reference code's setup and under ours (docs/method.md "
+               "section 4b): a claim that holds under one only depends on the setup.\n",
+               "| Claim | " + " | ".join(setups) + " |", "|---" * (len(setups) + 1) + "|"]
+        md += [f"| {text} | " + " | ".join(v.get(u, "n/a") for u in setups) + " |" for text, v in by_setup.items()]
+        md.append("")
     return md
 
 
