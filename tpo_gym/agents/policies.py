@@ -337,6 +337,11 @@ class CategoricalPolicy(BasePolicy):
         """
         raise NotImplementedError(f"{type(self).__name__} has no seed-stacked forward")
 
+    def stacked_rollout_decoder(self, params: dict[str, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """An ``obs [S, N, *obs_shape] -> logits [S, N, n_actions]`` function of S models for one rollout
+        (default: :meth:`stacked_step_logits` on each step's observations)."""
+        return lambda obs: self.stacked_step_logits(params, obs.unsqueeze(2))[:, :, 0]
+
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions for a batch of observations: the argmax (``deterministic``) or a sample."""
         return self._predict(obs, deterministic)
@@ -486,9 +491,11 @@ class _Block(nn.Module):
         x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate=self._gelu))
 
-    def stacked_forward(self, p: dict[str, torch.Tensor], x: torch.Tensor, length: int) -> torch.Tensor:
-        """:meth:`forward` (no cache) of S blocks: ``p`` this block's parameters stacked ``[S, ...]`` (names
-        relative to the block), ``x`` ``[S, N * length, d]``; attention runs on the ``S N`` sequences at once."""
+    def stacked_forward(self, p: dict[str, torch.Tensor], x: torch.Tensor, length: int,
+                        cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """:meth:`forward` of S blocks: ``p`` this block's parameters stacked ``[S, ...]`` (names
+        relative to the block), ``x`` ``[S, N * length, d]``; attention runs on the ``S N`` sequences at once.
+        ``cache`` as in :meth:`forward` (incremental decoding of all S N sequences)."""
         s, m, d = x.shape
         n = m // length
         h = stacked_layer_norm(x, p["ln1.weight"], p["ln1.bias"], self.ln1.eps)
@@ -498,7 +505,15 @@ class _Block(nn.Module):
             q, k, v = stacked_linear(h, p["qkv.weight"], p["qkv.bias"]).split(d, dim=-1)
         shape = (s * n, length, self.n_heads, d // self.n_heads)
         q, k, v = (z.reshape(shape).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(s, m, d)
+        causal = True
+        if cache is not None:
+            if cache:
+                if length > 1:
+                    raise ValueError("incremental decoding takes one new position per call after the first")
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+                causal = False
+            cache[:] = [k, v]
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).reshape(s, m, d)
         x = x + stacked_linear(att, p["proj.weight"], p["proj.bias"])
         h = stacked_layer_norm(x, p["ln2.weight"], p["ln2.bias"], self.ln2.eps)
         h = F.gelu(stacked_linear(h, p["ff1.weight"], p["ff1.bias"]), approximate=self._gelu)
@@ -700,20 +715,49 @@ class TransformerPolicy(CategoricalPolicy):
 
         return decode
 
-    def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        """Seed-stacked :meth:`step_logits` (see :meth:`CategoricalPolicy.stacked_step_logits`)."""
-        h, (s, n, t) = self.horizon, obs.shape[:3]
-        last = obs[:, :, -1].long()[:, :, : h - 1 + t]
-        length = last.shape[-1]
-        x = stacked_embedding(last, params["tok_emb.weight"]) + params["pos_emb.weight"][:, None, :length]
-        x = x.reshape(s, n * length, self.d_model)
+    def _stacked_hidden(self, params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0,
+                        caches: list[list[torch.Tensor]] | None = None) -> torch.Tensor:
+        """Final-LayerNorm hidden states ``[S, N, L, d]`` of S models on ``tokens`` ``[S, N, L]`` at
+        positions ``start .. start + L - 1`` (``caches``: one per block, for incremental decoding)."""
+        s, n, length = tokens.shape
+        pos = params["pos_emb.weight"][:, None, start : start + length]
+        x = (stacked_embedding(tokens, params["tok_emb.weight"]) + pos).reshape(s, n * length, self.d_model)
         for i, block in enumerate(self.blocks):
             prefix = f"blocks.{i}."
             x = block.stacked_forward({k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)},
-                                      x, length)
+                                      x, length, None if caches is None else caches[i])
         x = stacked_layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], self.ln_f.eps)
-        x = x.reshape(s, n, length, self.d_model)[:, :, h - 1 : h - 1 + t].reshape(s, n * t, self.d_model)
+        return x.reshape(s, n, length, self.d_model)
+
+    def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """Seed-stacked :meth:`step_logits` (see :meth:`CategoricalPolicy.stacked_step_logits`)."""
+        h, (s, n, t) = self.horizon, obs.shape[:3]
+        x = self._stacked_hidden(params, obs[:, :, -1].long()[:, :, : h - 1 + t])
+        x = x[:, :, h - 1 : h - 1 + t].reshape(s, n * t, self.d_model)
         return stacked_linear(x, params["head.weight"], params["head.bias"]).reshape(s, n, t, self.vocab_size)
+
+    def stacked_rollout_decoder(self, params: dict[str, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`rollout_decoder` of S models at once, for rollouts in lockstep (every row at the same step).
+
+        ``decode(obs)`` with ``obs`` ``[S, N, 2H]`` at steps 0, 1, 2, ... returns logits ``[S, N, V]``;
+        a key / value cache per block, and the step index counted here, not read from ``obs`` (no
+        device read-back). Same logits as each seed's own :meth:`rollout_decoder` up to float rounding.
+        """
+        caches: list[list[torch.Tensor]] = [[] for _ in self.blocks]
+        step = [0]
+        h = self.horizon
+
+        def decode(obs: torch.Tensor) -> torch.Tensor:
+            t = step[0]
+            if t >= h:
+                raise ValueError(f"a rollout of this policy has {h} steps; decode was called a {t + 1}th time")
+            obs = obs.long()
+            tokens, start = (obs[:, :, :h], 0) if t == 0 else (obs[:, :, h + t - 1 : h + t], h + t - 1)
+            x = self._stacked_hidden(params, tokens, start, caches)[:, :, -1]
+            step[0] = t + 1
+            return stacked_linear(x, params["head.weight"], params["head.bias"])
+
+        return decode
 
     def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits ``[N, T, V]`` of trajectories ``[N, T, 2H]``: one forward of the last observation.

@@ -45,6 +45,7 @@ __all__ = [
     "tensor_env_available",
     "sample_candidates",
     "collect_rollouts",
+    "collect_stacked_rollouts",
 ]
 
 #: Longest episode a probe of a native env may run before it is declared not fixed-length.
@@ -396,61 +397,88 @@ def _collect_on_device(
     policy: CategoricalPolicy, env: RolloutEnv, seed: int, n_candidates: int, score_all_actions: bool,
     group_size: int,
 ) -> RolloutBatch:
-    """:func:`collect_rollouts` for an on-device tensor env: every buffer, draw and score on its device.
+    """:func:`collect_rollouts` for an on-device tensor env: the one-seed case of :func:`collect_stacked_rollouts`."""
+    decode = policy.rollout_decoder()
+    policy.set_training_mode(False)
+    return collect_stacked_rollouts(lambda obs: decode(obs[0])[None], policy.n_actions, env, [seed],
+                                    n_candidates, score_all_actions, group_size)[0]
 
-    The same seeds, draws and values as the host path (on CPU the batches are equal; the tests check
-    it): the env is reset from the same seed, actions are drawn by a generator on the device seeded
-    the same way. Episodes last exactly ``env.horizon`` steps in lockstep (tensor envs promise it), so
-    there is no early exit and no step mask. The only value read back is the batch's logged error, once,
-    after the last step.
+
+@torch.no_grad()
+def collect_stacked_rollouts(
+    decode: Callable[[torch.Tensor], torch.Tensor], n_actions: int, env: RolloutEnv, seeds: list[int],
+    n_candidates: int = 0, score_all_actions: bool = False, group_size: int = 1,
+) -> list[RolloutBatch]:
+    """The rollouts of S seeds at once in one on-device tensor env of ``S * N`` sub-envs: one batch per seed.
+
+    Seed ``s`` owns sub-envs ``s N .. (s+1) N - 1``, reset exactly as its own env of N sub-envs would be
+    (sub-env ``i`` from seed ``r_s + i``, ``r_s`` drawn from ``seeds[s]`` as :func:`collect_rollouts`
+    draws it), and its actions come from its own generator, so each batch is what that seed's own
+    :func:`collect_rollouts` on an on-device env gives: the same contexts, draws and scores, with
+    ``logp_old`` to float rounding (the stacked decode's batched matrix products may round differently
+    from one model's; a draw could then differ only where a probability sits on a sampling boundary).
+    With a one-seed ``decode`` that calls the policy's own decoder the batch is exact. Per step: one
+    ``decode`` of all S models, S draws, one ``score_candidates`` and one ``step`` of the whole env; the
+    only value read back is each batch's logged error, once, after the last step.
+
+    :param decode: ``obs [S, N, *obs_shape] -> logits [S, N, n_actions]`` for steps 0, 1, ... (e.g.
+        :meth:`~tpo_gym.agents.policies.TransformerPolicy.stacked_rollout_decoder`).
+    :param env: an on-device rollout env (``env.on_device``) with ``S * N`` sub-envs.
+    :param seeds: one rollout seed per seed of the batch (S of them).
     """
-    venv = env.venv
-    n = env.num_envs
+    if not env.on_device:
+        raise ValueError("collect_stacked_rollouts needs an on-device tensor env (make_rollout_env(..., device=))")
+    venv, n_seeds = env.venv, len(seeds)
+    if n_seeds < 1 or env.num_envs % n_seeds:
+        raise ValueError(f"{env.num_envs} sub-envs cannot be split among {n_seeds} seeds")
+    n = env.num_envs // n_seeds
     if n % group_size != 0:
         raise ValueError(f"group_size {group_size} must divide the number of rollouts {n}")
-    rng = np.random.default_rng(seed)
+    rngs = [np.random.default_rng(s) for s in seeds]
+    starts = [int(rng.integers(2**31 - 1)) for rng in rngs]
     options = {"group_size": group_size} if group_size > 1 else None
-    obs, _ = venv.reset(seed=int(rng.integers(2**31 - 1)), options=options)
+    obs, _ = venv.reset(seed=[r + i for r in starts for i in range(n)], options=options)
     device = venv.device
-    generator = torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
-    n_actions = policy.n_actions
-    horizon = env.horizon
-    obs_buf = torch.empty((n, horizon, *obs.shape[1:]), dtype=obs.dtype, device=device)
-    actions = torch.empty((n, horizon), dtype=torch.int64, device=device)
-    logp_old = torch.empty((n, horizon, n_actions), dtype=torch.float32, device=device)
-    rewards = torch.zeros((n, horizon), dtype=torch.float32, device=device)
+    generators = [torch.Generator(device=device).manual_seed(int(rng.integers(2**62))) for rng in rngs]
+    horizon, shape = env.horizon, (n_seeds, n)
+    obs_buf = torch.empty((*shape, horizon, *obs.shape[1:]), dtype=obs.dtype, device=device)
+    actions = torch.empty((*shape, horizon), dtype=torch.int64, device=device)
+    logp_old = torch.empty((*shape, horizon, n_actions), dtype=torch.float32, device=device)
+    rewards = torch.zeros((*shape, horizon), dtype=torch.float32, device=device)
     k = max(n_candidates, 1)
-    candidates = torch.empty((n, horizon, k), dtype=torch.int64, device=device) if n_candidates else None
+    candidates = torch.empty((*shape, horizon, k), dtype=torch.int64, device=device) if n_candidates else None
     width = n_actions if score_all_actions else k
-    scores = torch.zeros((n, horizon, width), dtype=torch.float32, device=device) \
+    scores = torch.zeros((*shape, horizon, width), dtype=torch.float32, device=device) \
         if (n_candidates or score_all_actions) else None
-    all_actions = torch.arange(n_actions, device=device).expand(n, n_actions) if score_all_actions else None
+    all_actions = torch.arange(n_actions, device=device).expand(env.num_envs, n_actions) if score_all_actions else None
     ep_score = ep_error = None
-    policy.set_training_mode(False)
-    decode = policy.rollout_decoder()
     for t in range(horizon):
-        obs_buf[:, t] = obs
+        obs = obs.reshape(*shape, *obs.shape[1:])
+        obs_buf[:, :, t] = obs
         logits = decode(obs).float()
-        logp_old[:, t] = torch.log_softmax(logits, dim=-1)
-        draws = sample_candidates(logits, k, generator)
-        act = draws[:, 0]
-        actions[:, t] = act
+        logp_old[:, :, t] = torch.log_softmax(logits, dim=-1)
+        draws = torch.stack([sample_candidates(logits[s], k, g) for s, g in enumerate(generators)])
+        actions[:, :, t] = draws[..., 0]
         if candidates is not None:
-            candidates[:, t] = draws
-            scores[:, t] = venv.score_candidates(draws)  # type: ignore[index, attr-defined]
+            candidates[:, :, t] = draws
+            scores[:, :, t] = venv.score_candidates(draws.reshape(-1, k)).reshape(*shape, k)  # type: ignore[index]
         elif all_actions is not None:
-            scores[:, t] = venv.score_candidates(all_actions)  # type: ignore[index, attr-defined]
-        obs, reward, _, _, info = venv.step(act)
-        rewards[:, t] = reward
+            scores[:, :, t] = venv.score_candidates(all_actions).reshape(*shape, n_actions)  # type: ignore[index]
+        obs, reward, _, _, info = venv.step(draws[..., 0].reshape(-1))
+        rewards[:, :, t] = reward.reshape(shape)
         if "score" in info:
-            ep_score, ep_error = info["score"], info["error"]
+            ep_score, ep_error = info["score"].reshape(shape), info["error"].reshape(shape)
     if ep_score is None:  # pragma: no cover - a tensor env ends every episode at its fixed horizon
         raise RuntimeError(f"{type(venv).__name__}: episodes did not end within their fixed horizon {horizon}")
-    returns = rewards.sum(dim=1)
-    return RolloutBatch(
-        obs=obs_buf, actions=actions, rewards=rewards, step_mask=None, logp_old=logp_old,
-        candidates=candidates, candidate_scores=scores, group_size=group_size,
-        episode_scores=ep_score.float(), returns=returns,
-        lengths=torch.full((n,), horizon, dtype=torch.int64, device=device),
-        error=float(np.mean(ep_error.cpu().numpy())), n_steps=n * horizon, reward_credit=env.reward_credit,
-    )
+    errors = ep_error.cpu().numpy()
+    returns = rewards.sum(dim=2)
+    lengths = torch.full((n,), horizon, dtype=torch.int64, device=device)
+    # each seed's tensors are its own allocations (not views of the stacked buffers): CPU kernels may
+    # reduce differently at another memory offset, and a seed's update must not depend on its position
+    return [RolloutBatch(
+        obs=obs_buf[s].clone(), actions=actions[s].clone(), rewards=rewards[s].clone(), step_mask=None,
+        logp_old=logp_old[s].clone(), candidates=None if candidates is None else candidates[s].clone(),
+        candidate_scores=None if scores is None else scores[s].clone(), group_size=group_size,
+        episode_scores=ep_score[s].float(), returns=returns[s].clone(), lengths=lengths,
+        error=float(np.mean(errors[s])), n_steps=n * horizon, reward_credit=env.reward_credit,
+    ) for s in range(n_seeds)]

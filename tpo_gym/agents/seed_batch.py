@@ -32,7 +32,17 @@ fill the device; stacking is what lets S models share it.
 
 Covered: every non-text agent (token- and sequence-level group methods, single-sample methods) on
 :class:`~tpo_gym.agents.policies.TransformerPolicy` and :class:`~tpo_gym.agents.policies.MlpPolicy`
-(the MNIST runs). Rollouts and scoring run per seed, through each agent's own ``collect_rollouts``.
+(the MNIST runs).
+
+``rollout``
+    ``"loop"``: each seed's own ``collect_rollouts`` (its own env). ``"stacked"``: the S seeds roll out
+    together in one on-device tensor env of ``S N`` sub-envs
+    (:func:`~tpo_gym.agents.sampling.collect_stacked_rollouts`: one stacked decode of all S models per
+    step, one candidate scoring and one env step for all), each seed with its own contexts and action
+    generator, so each batch is the seed's own on-device rollout (its log-probs to float rounding). Needs
+    agents whose envs have an
+    on-device form (the token tasks) and ``rollouts_on_device`` (on by default on CUDA). ``"auto"``:
+    stacked when the agents are on CUDA and it can, else loop.
 """
 
 from __future__ import annotations
@@ -252,9 +262,11 @@ class SeedBatch:
         the same ``n_epochs``, ``max_grad_norm``, ``steps_per_iteration`` and device; not text policies.
     :param forward: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
     :param optimizer: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
+    :param rollout: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
     """
 
-    def __init__(self, agents: Iterable[GroupAlgorithm], forward: str = "auto", optimizer: str = "auto") -> None:
+    def __init__(self, agents: Iterable[GroupAlgorithm], forward: str = "auto", optimizer: str = "auto",
+                 rollout: str = "auto") -> None:
         self.agents = list(agents)
         if not self.agents:
             raise ValueError("SeedBatch needs at least one agent (S >= 1), got none")
@@ -295,7 +307,29 @@ class SeedBatch:
                              f"Adam, AdamW, SGD, torch.optim.Muon, MuonAdamW, ReferenceMuon); use optimizer='loop'")
         self.forward = forward if forward != "auto" else ("stacked" if cuda and can_stack else "loop")
         self.optimizer = optimizer if optimizer != "auto" else ("stacked" if cuda and stackable else "loop")
+        rollout = check_choice("rollout", rollout, MODES)
+        why_not = self._why_not_stacked_rollout()
+        if rollout == "stacked" and why_not:
+            raise ValueError(f"rollout='stacked': {why_not}; use rollout='loop'")
+        self.rollout = rollout if rollout != "auto" else ("stacked" if cuda and not why_not else "loop")
+        self._stacked_env: Any = None
         self._bound = False
+
+    def _why_not_stacked_rollout(self) -> str | None:
+        """Why the seeds cannot roll out in one on-device env (``None`` when they can)."""
+        from tpo_gym.agents.sampling import tensor_env_available
+
+        first = self.agents[0]
+        if any(a._source is None or not tensor_env_available(a._source) or a._rollout_device() is None
+               for a in self.agents):
+            return ("every seed must roll out on its device (rollouts_on_device=True, or CUDA) in an env with an "
+                    "on-device form (the token tasks)")
+        specs = {repr((a._source.spec.id, sorted(a._source.spec.kwargs.items()))) for a in self.agents}  # type: ignore[union-attr]
+        if len(specs) != 1:
+            return "every seed must roll out in the same env (id and arguments)"
+        if type(first.policy).stacked_step_logits is CategoricalPolicy.stacked_step_logits:
+            return f"{type(first.policy).__name__} has no seed-stacked forward"
+        return None
 
     @property
     def n_seeds(self) -> int:
@@ -409,6 +443,25 @@ class SeedBatch:
             stats.append({"loss": first[s], "final_loss": last[s], "grad_norm": norms[s], **prepared[s][1]})
         return stats
 
+    # ------------------------------------------------------------------ stacked rollouts
+    def _collect_stacked(self) -> list[Any]:
+        """Every seed's next batch from one on-device env of S N sub-envs (see ``rollout``)."""
+        from tpo_gym.agents.sampling import collect_stacked_rollouts, make_rollout_env
+
+        first = self.agents[0]
+        grouping = first._require_grouping()
+        n = first.n_rollouts
+        if self._stacked_env is None or self._stacked_env.num_envs != n * self.n_seeds:
+            self._stacked_env = make_rollout_env(first._source, n * self.n_seeds, first._rollout_device())  # type: ignore[arg-type]
+        seeds = []
+        for a in self.agents:
+            a.policy.set_training_mode(False)
+            seeds.append(a._iteration_seed(a._rollout_index))
+            a._rollout_index += 1
+        decode = first.policy.stacked_rollout_decoder(self._params)
+        return collect_stacked_rollouts(decode, first.policy.n_actions, self._stacked_env, seeds,
+                                        grouping.n_candidates, grouping.score_all_actions, grouping.rollout_group)
+
     # ------------------------------------------------------------------ learn
     def learn(self, total_timesteps: int, callback: Sequence[Any] | None = None, log_interval: int = 1,
               reset_num_timesteps: bool = True, progress_bar: bool = False) -> SeedBatch:
@@ -449,9 +502,11 @@ class SeedBatch:
             self._bind()
             while all(a.num_timesteps < total for a, (total, _) in zip(self.agents, set_up, strict=True)):
                 go_on = True
-                for a, (total, cb) in zip(self.agents, set_up, strict=True):
+                for _, cb in set_up:
                     cb.on_rollout_start()
-                    a.rollout_batch = batch = a.collect_rollouts()
+                batches = self._collect_stacked() if self.rollout == "stacked" else [None] * self.n_seeds
+                for a, (total, cb), stacked in zip(self.agents, set_up, batches, strict=True):
+                    a.rollout_batch = batch = stacked if stacked is not None else a.collect_rollouts()
                     a.num_timesteps += batch.n_steps
                     cb.update_locals(locals())
                     go_on = cb.on_step() and go_on
