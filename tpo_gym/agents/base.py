@@ -623,10 +623,10 @@ class GroupAlgorithm(BaseAlgorithm):
         return [p for p in self.policy.parameters() if p.requires_grad]
 
     @staticmethod
-    def _grad_norm(params: list[torch.Tensor]) -> float:
-        """L2 norm of the gradients of ``params`` (those that have one)."""
+    def _grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+        """L2 norm of the gradients of ``params`` (those that have one), a 0-d tensor (read back by the caller)."""
         grads = [p.grad.reshape(-1) for p in params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.cat(grads))) if grads else 0.0
+        return torch.linalg.vector_norm(torch.cat(grads)) if grads else torch.zeros(())
 
     def train(self) -> dict[str, float]:
         """Update the policy on ``self.rollout_batch``: ``n_epochs`` full-batch optimiser steps."""
@@ -634,7 +634,7 @@ class GroupAlgorithm(BaseAlgorithm):
         text = isinstance(batch, TextBatch)
         optimizer = self.policy.optimizer
         params = self._trained_parameters()
-        first_loss = last_loss = grad_norm = float("nan")
+        first = norm = last = torch.full((), float("nan"))
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
             optimizer.zero_grad(set_to_none=True)
@@ -644,12 +644,14 @@ class GroupAlgorithm(BaseAlgorithm):
                 loss = self.loss_from_logits(batch, fixed, self.policy.step_logits(batch.obs))
                 loss.backward()
             if epoch == 0:
-                grad_norm = self._grad_norm(params)
-                first_loss = float(loss.detach())
+                norm, first = self._grad_norm(params), loss.detach()
             if self.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
             optimizer.step()
-            last_loss = float(loss.detach())
+            last = loss.detach()
+        # one read-back per update (on a GPU, no synchronisation inside the epochs)
+        values = torch.stack([t.float().to(norm.device) for t in (first, last, norm)])
+        first_loss, last_loss, grad_norm = values.tolist()
         self._n_updates += self.n_epochs
         if text:  # timings go to the logger only: the history stays a pure function of the seed
             batch.stats["update_s"] = time.perf_counter() - start

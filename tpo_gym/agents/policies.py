@@ -321,8 +321,12 @@ class CategoricalPolicy(BasePolicy):
         """Logits ``[N, n_actions]`` for a batch of observations ``[N, *obs_shape]``."""
         raise NotImplementedError
 
-    def rollout_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """An ``obs -> logits`` function for the steps of one batch of episodes (may keep a cache)."""
+    def rollout_decoder(self, lockstep: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+        """An ``obs -> logits`` function for the steps of one batch of episodes (may keep a cache).
+
+        ``lockstep=True`` promises that it is called on steps 0, 1, 2, ... of episodes that all move
+        together (the on-device envs), so a decoder may count the step instead of reading it from ``obs``.
+        """
         return self.action_logits
 
     def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
@@ -685,13 +689,15 @@ class TransformerPolicy(CategoricalPolicy):
         rows = torch.arange(obs.shape[0], device=obs.device)
         return self.head(hid[rows, h - 1 + written])
 
-    def rollout_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+    def rollout_decoder(self, lockstep: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
         """A stateful ``obs -> logits`` function for one rollout, with a key/value cache.
 
         Call it on the observations of steps 0, 1, 2, ... of one batch of episodes; each call after
         the first processes only the token written since the previous call. If the batch is not in
         lock-step (rows at different steps) or a step is skipped, it falls back to
         :meth:`action_logits`. Same logits as :meth:`action_logits` up to float rounding.
+        ``lockstep=True``: the caller promises lock-step, so the step is counted, never read back from
+        ``obs`` (no device synchronisation; the on-device rollouts use it).
         """
         caches: list[list[torch.Tensor]] = [[] for _ in self.blocks]
         expected = [0]
@@ -699,11 +705,16 @@ class TransformerPolicy(CategoricalPolicy):
 
         def decode(obs: torch.Tensor) -> torch.Tensor:
             obs = obs.reshape(-1, 2 * h).long()
-            written = (obs[:, h:] != self.vocab_size).sum(dim=1)
-            t = int(written[0]) if obs.shape[0] else 0
-            if t != expected[0] or t >= h or not bool((written == t).all()):
-                expected[0] = -1  # out of lock-step: no more caching for this rollout
-                return self.action_logits(obs)
+            if lockstep:
+                t = expected[0]
+                if not 0 <= t < h:
+                    raise ValueError(f"a lockstep rollout of this policy has {h} steps; decode was called again")
+            else:
+                written = (obs[:, h:] != self.vocab_size).sum(dim=1)
+                t = int(written[0]) if obs.shape[0] else 0
+                if t != expected[0] or t >= h or not bool((written == t).all()):
+                    expected[0] = -1  # out of lock-step: no more caching for this rollout
+                    return self.action_logits(obs)
             if t == 0:
                 x = self.tok_emb(obs[:, :h]) + self.pos_emb.weight[:h]
             else:

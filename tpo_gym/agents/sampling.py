@@ -398,7 +398,7 @@ def _collect_on_device(
     group_size: int,
 ) -> RolloutBatch:
     """:func:`collect_rollouts` for an on-device tensor env: the one-seed case of :func:`collect_stacked_rollouts`."""
-    decode = policy.rollout_decoder()
+    decode = policy.rollout_decoder(lockstep=True)
     policy.set_training_mode(False)
     return collect_stacked_rollouts(lambda obs: decode(obs[0])[None], policy.n_actions, env, [seed],
                                     n_candidates, score_all_actions, group_size)[0]

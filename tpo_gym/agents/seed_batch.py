@@ -408,7 +408,7 @@ class SeedBatch:
             obs = torch.stack([b.obs for b in batches])
         params = [a._trained_parameters() for a in agents]
         n = len(agents)
-        first, last, norms = [math.nan] * n, [math.nan] * n, [math.nan] * n
+        first = last = norms = torch.full((n,), math.nan)
         policy0 = agents[0].policy
         for epoch in range(agents[0].n_epochs):
             for g in self._grads.values():
@@ -424,9 +424,9 @@ class SeedBatch:
                     loss = a.loss_from_logits(b, f, a.policy.step_logits(b.obs))
                     loss.backward()
                     losses.append(loss)
-            values = torch.stack([loss.detach() for loss in losses]).tolist()
+            values = torch.stack([loss.detach() for loss in losses])
             if epoch == 0:
-                norms = [GroupAlgorithm._grad_norm(ps) for ps in params]
+                norms = torch.stack([GroupAlgorithm._grad_norm(ps).to(values.device) for ps in params])
                 first = values
             for a, ps in zip(agents, params, strict=True):
                 if a.max_grad_norm is not None:
@@ -437,6 +437,8 @@ class SeedBatch:
                 for a in agents:
                     a.policy.optimizer.step()
             last = values
+        # one read-back per update of all seeds (on a GPU, no synchronisation inside the epochs)
+        first, last, norms = torch.stack([first, last, norms]).float().tolist()
         stats = []
         for s, a in enumerate(agents):
             a._n_updates += a.n_epochs
