@@ -14,7 +14,11 @@ transformer and optimiser of the tuned setup), on one thread, in one run:
 
     python benchmarks/bench_seed_batch.py [--iterations 3] [--device cpu]
 
-On a GPU (``--device cuda --sizes 1,20,100``) the same script measures the stacked path there.
+On a GPU (``--device cuda --sizes 1,20,100``) the same script measures the stacked path there: the
+stacked rollout (one on-device env of S N sub-envs, ``SeedBatch(rollout="stacked")``) with the stacked
+update, seed-episodes per second beside the issue's target (1,000 for TPO_token at S = 100); its
+per-phase profile synchronises the device around each phase (the seconds per seed-episode come from a
+run without it).
 """
 
 from __future__ import annotations
@@ -40,17 +44,18 @@ METHODS: dict[str, tuple[type, dict[str, Any]]] = {
 }
 
 
-def make_agents(name: str, seeds: int, device: str) -> list[Any]:
+def make_agents(name: str, seeds: int, device: str, on_device: bool | None = None) -> list[Any]:
     cls, kwargs = METHODS[name]
     return [cls("TransformerPolicy", gym.make("tpo_gym/TokenTask-v0", **ENV_KWARGS), batch_size=100, group_size=8,
-                seed=s, device=device, **kwargs) for s in range(seeds)]
+                seed=s, device=device, rollouts_on_device=on_device, **kwargs) for s in range(seeds)]
 
 
 class Phases:
     """Exclusive wall time per phase (a phase nested in another is not counted twice), by wrapping the
     functions of each phase while a run is measured."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: bool = False) -> None:
+        self.sync = sync  # CUDA: synchronise around each phase, so its time is its kernels' time
         self.seconds: dict[str, float] = defaultdict(float)
         self._undo: list[Callable[[], None]] = []
         self._stack: list[float] = []  # per open phase: time spent in phases nested in it
@@ -60,10 +65,14 @@ class Phases:
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             self._stack.append(0.0)
+            if self.sync:
+                torch.cuda.synchronize()
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
+                if self.sync:
+                    torch.cuda.synchronize()
                 elapsed = time.perf_counter() - start
                 nested = self._stack.pop()
                 self.seconds[phase] += elapsed - nested
@@ -79,11 +88,14 @@ class Phases:
 
 
 def instrument(agents: list[Any], phases: Phases) -> None:
+    from tpo_gym.envs.token_task import TokenTaskTensorEnv, TokenTaskVectorEnv
+
+    for env_class in (TokenTaskVectorEnv, TokenTaskTensorEnv):
+        phases.wrap(env_class, "score_candidates", "scoring (env)")
+        phases.wrap(env_class, "step", "scoring (env)")
+    phases.wrap(sb.SeedBatch, "_collect_stacked", "rollout (policy sampling, buffers)")
     for a in agents:
-        env = a._get_rollout_env().venv
         phases.wrap(a, "collect_rollouts", "rollout (policy sampling, buffers)")
-        phases.wrap(env, "score_candidates", "scoring (env)")
-        phases.wrap(env, "step", "scoring (env)")
         phases.wrap(a.policy, "step_logits", "forward")
         phases.wrap(a.policy, "stacked_step_logits", "forward")
         phases.wrap(a.policy.optimizer, "step", "optimiser")
@@ -92,32 +104,43 @@ def instrument(agents: list[Any], phases: Phases) -> None:
 
 
 def measure(name: str, seeds: int, mode: str, iterations: int, device: str) -> tuple[float, dict[str, float]]:
-    """Seconds per seed-episode (after one warm-up iteration) and seconds per phase per seed-episode."""
-    agents = make_agents(name, seeds, device)
+    """Seconds per seed-episode (after one warm-up iteration) and seconds per phase per seed-episode.
+
+    ``mode``: ``"alone"`` (each seed's ``learn``), ``"loop"`` (SeedBatch, every part per seed) or
+    ``"stacked"`` (SeedBatch, stacked rollout, forward and optimiser: rollouts on the device, also on CPU).
+    """
+    cuda = device.startswith("cuda")
+    agents = make_agents(name, seeds, device, True if mode == "stacked" else None)
     steps = agents[0].steps_per_iteration
+    batch = None if mode == "alone" else sb.SeedBatch(agents, forward=mode, optimizer=mode, rollout=mode)
 
     def run(n: int) -> None:
-        if mode == "alone":
+        if batch is None:
             for a in agents:
                 a.learn(n * steps, reset_num_timesteps=False)
         else:
-            sb.SeedBatch(agents, forward=mode, optimizer=mode).learn(n * steps, reset_num_timesteps=False)
+            batch.learn(n * steps, reset_num_timesteps=False)
+
+    def timed(n: int) -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run(n)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
 
     run(1)
-    phases = Phases()
+    phases = Phases(sync=cuda)
+    plain = timed(iterations) if cuda else None  # on a GPU the profile's synchronisations would slow it
     instrument(agents, phases)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
     try:
-        run(iterations)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        profiled = timed(iterations)
     finally:
         phases.restore()
-    per = (time.perf_counter() - start) / (iterations * seeds)
+    per = (plain if plain is not None else profiled) / (iterations * seeds)
     split = {k: v / (iterations * seeds) for k, v in phases.seconds.items()}
-    split["rest (Python overhead, bookkeeping)"] = per - sum(split.values())
+    split["rest (Python overhead, bookkeeping)"] = profiled / (iterations * seeds) - sum(split.values())
     return per, split
 
 
@@ -158,8 +181,9 @@ def main() -> None:
     gemm = gemm_gflops(args.device)
     print(f"device {args.device}, {args.threads} thread(s); GEMM [1900 x 64] x [64 x 256]: {gemm:.1f} GFLOP/s "
           f"(the update's matrix-product floor)\n")
-    print("| method | S | path | s / seed-episode | vs S = 1 | update GFLOP/s | vs GEMM |")
-    print("|---|---|---|---|---|---|---|")
+    header = ("| method | S | path | s / seed-episode | seed-episodes / s | vs S = 1 | update GFLOP/s | vs GEMM |\n"
+              "|---|---|---|---|---|---|---|---|")
+    print(header)
     for name in methods:
         flops = update_flops(name, args.device)
 
@@ -167,7 +191,7 @@ def main() -> None:
             return flops / max(split["forward"] + split["backward"] + split.get("optimiser", 0.0), 1e-12) / 1e9
 
         base, base_split = measure(name, 1, "alone", args.iterations, args.device)
-        print(f"| {name} | 1 | alone (`learn`) | {base:.4f} | 1.00 | {gflops(base_split):.1f} | "
+        print(f"| {name} | 1 | alone (`learn`) | {base:.4f} | {1 / base:.1f} | 1.00 | {gflops(base_split):.1f} | "
               f"{gemm / gflops(base_split):.2f}x |", flush=True)
         profiles = {"S=1 alone": base_split}
         for s in sizes:
@@ -177,8 +201,12 @@ def main() -> None:
                 per, split = measure(name, s, mode, args.iterations, args.device)
                 if s == max(sizes):
                     profiles[f"S={s} {mode}"] = split
-                print(f"| {name} | {s} | {mode} | {per:.4f} | {per / base:.2f} | {gflops(split):.1f} | "
-                      f"{gemm / gflops(split):.2f}x |", flush=True)
+                print(f"| {name} | {s} | {mode} | {per:.4f} | {1 / per:.1f} | {per / base:.2f} | "
+                      f"{gflops(split):.1f} | {gemm / gflops(split):.2f}x |", flush=True)
+                if name == "TPO_token" and s >= 100 and mode == "stacked":
+                    verdict = "met" if 1 / per >= 1000 else "NOT met"
+                    print(f"\ntarget (issue 12): >= 1,000 seed-episodes/s for TPO_token at S = 100: {1 / per:.0f}, "
+                          f"{verdict}\n", flush=True)
         print(f"\nwhere the time goes, {name} (ms per seed-episode):\n")
         keys = sorted({k for p in profiles.values() for k in p})
         print("| phase | " + " | ".join(profiles) + " |")
@@ -188,8 +216,7 @@ def main() -> None:
         print("| total | " + " | ".join(f"{1000 * sum(p.values()):.1f}" for p in profiles.values()) + " |\n",
               flush=True)
         if name != methods[-1]:
-            print("| method | S | path | s / seed-episode | vs S = 1 | update GFLOP/s | vs GEMM |")
-            print("|---|---|---|---|---|---|---|")
+            print(header)
 
 
 if __name__ == "__main__":
