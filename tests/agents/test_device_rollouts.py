@@ -75,3 +75,17 @@ def test_the_setting_survives_save_and_load(tmp_path) -> None:
     agent.save(tmp_path / "a.zip")
     loaded = TPO.load(tmp_path / "a.zip", env="tpo_gym/TokenReversal-v0")
     assert loaded.rollouts_on_device is True and loaded._get_rollout_env().on_device
+
+
+@pytest.mark.parametrize(("cls", "kw"), [
+    (TPO, {"candidates": "single"}), (GRPO, {}), (GroupPG, {}), (REINFORCE, {"baseline": "expected"}), (DG, {}),
+    (tpo_gym.CE, {}),
+])
+def test_mnist_on_device_rollouts_train_exactly_as_the_numpy_env(cls, kw: dict) -> None:
+    histories = []
+    for on_device in (False, True):
+        agent = cls("MlpPolicy", gym.make("tpo_gym/MNISTBandit-v0"), batch_size=16, seed=2,
+                    rollouts_on_device=on_device, **kw)
+        agent.learn(3 * agent.steps_per_iteration)
+        histories.append(agent.history)
+    assert _same_history(*histories)

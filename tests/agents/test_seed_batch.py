@@ -182,20 +182,20 @@ def test_device_placement_on_cpu() -> None:
     assert np.isfinite([h[0]["grad_norm"] for h in batch.histories]).all()
 
 
-@pytest.mark.parametrize("family", ["TPO_token", "GRPO_sequence", "PPO"])
+@pytest.mark.parametrize("family", ["TPO_token", "GRPO_sequence", "PPO", "TPO_mnist"])
 def test_stacked_rollouts_give_each_seed_its_own_rollout(family: str) -> None:
     """One on-device env of S N sub-envs and one stacked decode: each seed's contexts, draws and curve."""
     cls, policy, env, kwargs = FAMILIES[family]
     kwargs = {**kwargs, "rollouts_on_device": True}
     steps = _steps(cls, policy, env, kwargs)
     alone = [_alone(cls, policy, env, kwargs, s, 3) for s in range(3)]
-    agents = [cls(policy, env, seed=s, **kwargs) for s in range(3)]
+    agents = [cls(policy, env if isinstance(env, str) else env(), seed=s, **kwargs) for s in range(3)]
     batch = SeedBatch(agents, forward="loop", optimizer="loop", rollout="stacked")
     batch.learn(3 * steps)
     for a, b in zip(alone, agents, strict=True):
         assert [r["error"] for r in a.history] == [r["error"] for r in b.history], "the same rollouts"
         assert _max_diff(a.history, b.history) < 1e-5, "updates on log-probs equal to float rounding"
-    stacked = [cls(policy, env, seed=s, **kwargs) for s in range(3)]
+    stacked = [cls(policy, env if isinstance(env, str) else env(), seed=s, **kwargs) for s in range(3)]
     SeedBatch(stacked, forward="stacked", optimizer="stacked", rollout="stacked").learn(steps)
     for a, b in zip(alone, stacked, strict=True):
         assert a.history[0]["error"] == b.history[0]["error"]
@@ -211,8 +211,8 @@ def test_stacked_rollouts_need_on_device_envs_of_one_task() -> None:
     dev = [cls(policy, env, seed=s, rollouts_on_device=True, **kwargs) for s in range(2)]
     with pytest.raises(ValueError, match="the same env"):
         SeedBatch([*dev, other], rollout="stacked")
-    mnist_cls, mpolicy, menv, mkw = FAMILIES["TPO_mnist"]
-    mnist = [mnist_cls(mpolicy, menv(), seed=s, **mkw) for s in range(2)]
-    with pytest.raises(ValueError, match="on-device form"):
-        SeedBatch(mnist, rollout="stacked")
+    bandit = [TPO("MlpPolicy", "tpo_gym/Bandit-v0", seed=s, batch_size=4, group_size=2, rollouts_on_device=True)
+              for s in range(2)]
+    with pytest.raises(ValueError, match="no on-device tensor form"):
+        SeedBatch(bandit, rollout="stacked")
     assert SeedBatch(dev).rollout == "loop", "auto: loop on CPU"

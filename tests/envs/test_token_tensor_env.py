@@ -90,3 +90,28 @@ def test_tensor_env_state_lives_on_its_device() -> None:
         gpu = TokenTaskTensorEnv(2, device="cuda")
         obs, _ = gpu.reset(seed=1)
         assert obs.is_cuda and gpu.step(torch.zeros(2, dtype=torch.int64, device="cuda"))[1].is_cuda
+
+
+def test_mnist_tensor_env_equals_the_numpy_env_step_for_step() -> None:
+    from tpo_gym.envs.mnist_bandit import MNISTBanditTensorEnv, MNISTBanditVectorEnv
+
+    ref, env = MNISTBanditVectorEnv(6), MNISTBanditTensorEnv(6)
+    assert env.observation_space == ref.observation_space and env.fixed_horizon == 1
+    rng = np.random.default_rng(1)
+    for episode in range(2):
+        opts = {"group_size": 3} if episode else None
+        _same(ref.reset(seed=episode, options=opts)[0], env.reset(seed=episode, options=opts)[0])
+        for _ in range(3):  # a step, the autoreset step, a step
+            acts, cand = rng.integers(0, 10, 6), rng.integers(0, 10, (6, 4))
+            _same(ref.score_candidates(cand), env.score_candidates(torch.from_numpy(cand)))
+            out1, out2 = ref.step(acts), env.step(torch.from_numpy(acts))
+            for x, y in zip(out1[:4], out2[:4], strict=True):
+                _same(x, y)
+            assert set(out1[4]) == set(out2[4])
+            for key in out1[4]:
+                _same(out1[4][key], out2[4][key])
+    other = MNISTBanditTensorEnv(2)
+    assert other._images is env._images, "one copy of the split per device"
+    other.reset(seed=0)
+    with pytest.raises(ValueError, match=r"in \[0, 10\)"):
+        other.step(torch.tensor([3, 10]))

@@ -157,7 +157,8 @@ class GroupAlgorithm(BaseAlgorithm):
     :param seed: seed of the initialisation, the env resets and the action draws.
     :param device: torch device (default ``"cpu"``: these models are small).
     :param rollouts_on_device: roll out in the env's on-device tensor form (the token tasks:
-        :class:`~tpo_gym.envs.token_task.TokenTaskTensorEnv`), so rollout, candidate scoring and the
+        :class:`~tpo_gym.envs.token_task.TokenTaskTensorEnv`; MNIST:
+        :class:`~tpo_gym.envs.mnist_bandit.MNISTBanditTensorEnv`), so rollout, candidate scoring and the
         batch stay on ``device`` with no host round trip inside an iteration. ``None`` (default): when
         ``device`` is CUDA and the env has that form; ``True``: always (an env without one raises);
         ``False``: the numpy envs. Same values either way (tested on CPU).

@@ -164,7 +164,7 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
     An env with the group API (:func:`group_api_available`) is made with
     ``vectorization_mode="vector_entry_point"``; any other env with ``"sync"`` (one copy per
     sub-env, seeded per sub-env, which is how same-seed groups are formed). With a ``device``, a
-    native env that has an on-device form (:func:`tensor_env_available`: the token tasks) is built
+    native env that has an on-device form (:func:`tensor_env_available`: the token tasks and MNIST) is built
     as that tensor env on ``device``, so rollouts, scoring and the batch never leave it.
 
     :param source: the env's spec or factory (:class:`RolloutSource`).
@@ -176,7 +176,8 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
     if device is not None:
         if not tensor_env_available(source):
             name = spec.id if spec is not None else "this env"
-            raise ValueError(f"{name} has no on-device tensor form (the token tasks have one); roll out on the host")
+            raise ValueError(f"{name} has no on-device tensor form (the token tasks and MNIST have one); "
+                             "roll out on the host")
         assert spec is not None
         creator = spec.vector_entry_point
         if isinstance(creator, str):

@@ -41,7 +41,7 @@ Covered: every non-text agent (token- and sequence-level group methods, single-s
     step, one candidate scoring and one env step for all), each seed with its own contexts and action
     generator, so each batch is the seed's own on-device rollout (its log-probs to float rounding). Needs
     agents whose envs have an
-    on-device form (the token tasks) and ``rollouts_on_device`` (on by default on CUDA). ``"auto"``:
+    on-device form (the token tasks, MNIST) and ``rollouts_on_device`` (on by default on CUDA). ``"auto"``:
     stacked when the agents are on CUDA and it can, else loop.
 """
 
@@ -323,7 +323,7 @@ class SeedBatch:
         if any(a._source is None or not tensor_env_available(a._source) or a._rollout_device() is None
                for a in self.agents):
             return ("every seed must roll out on its device (rollouts_on_device=True, or CUDA) in an env with an "
-                    "on-device form (the token tasks)")
+                    "on-device form (the token tasks, MNIST)")
         specs = {repr((a._source.spec.id, sorted(a._source.spec.kwargs.items()))) for a in self.agents}  # type: ignore[union-attr]
         if len(specs) != 1:
             return "every seed must roll out in the same env (id and arguments)"

@@ -124,3 +124,91 @@ class NativeVectorEnv(VectorEnv):
         """Add the episode summary ``score`` / ``error`` (float64) of the sub-envs in ``ended``."""
         cls._masked_info(info, "score", np.asarray(score, dtype=np.float64), ended)
         cls._masked_info(info, "error", np.asarray(error, dtype=np.float64), ended)
+
+
+class NativeTensorEnv(NativeVectorEnv):
+    """Base of the on-device (torch) forms of the native vector envs: what they share.
+
+    Every sub-env starts at ``reset`` and every episode lasts the same fixed number of steps
+    (``fixed_horizon``), so the sub-envs move in lockstep: nothing inside an episode reads a device
+    value back. ``step`` / ``score_candidates`` check their input (``check_actions``: also that every
+    value is in range, which reads it back; the agents' rollouts pass ``False``), run the ``NEXT_STEP``
+    autoreset (the call after the episodes ended resets them: reward 0, not terminated) and leave the
+    task to :meth:`_step` / :meth:`_score`. Contexts are drawn on the host by the same per-sub-env
+    generators as the numpy env and uploaded once per reset.
+    """
+
+    #: Steps of every episode (set by subclasses).
+    fixed_horizon: int = 1
+
+    def __init__(self, num_envs: int, device: Any = "cpu", check_actions: bool = True) -> None:
+        import torch
+
+        super().__init__(num_envs)
+        self.device = torch.device(device)
+        self.check_actions = bool(check_actions)
+
+    def _as_discrete(self, x: Any, n: int, what: str) -> Any:
+        """``x`` as an int64 tensor on the device: actions ``(num_envs,)`` or candidates ``(num_envs, K)``."""
+        import torch
+
+        if not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(np.asarray(x), device=self.device)
+        if x.dtype == torch.bool or x.dtype.is_floating_point or x.dtype.is_complex:
+            raise ValueError(f"{what} must have an integer dtype, got dtype {x.dtype}")
+        matrix = what == "candidates"
+        if x.ndim != 1 + matrix or x.shape[0] != self.num_envs or (matrix and x.shape[1] < 1):
+            want = f"({self.num_envs}, K) with K >= 1" if matrix else f"({self.num_envs},)"
+            raise ValueError(f"{what} must have shape {want}, got shape {tuple(x.shape)}")
+        x = x.to(self.device, torch.int64)
+        if self.check_actions and x.numel():
+            bad = x[(x < 0) | (x >= n)]
+            if bad.numel():
+                raise ValueError(f"{what} must be integers in [0, {n}) (Discrete({n})), got {bad[:8].tolist()} "
+                                 "outside it")
+        return x
+
+    def _n_actions(self) -> int:
+        return int(self.single_action_space.n)  # type: ignore[attr-defined]
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """One step of every sub-env; after the episodes ended, the next call resets them instead."""
+        import torch
+
+        self._check_has_reset()
+        acts = self._as_discrete(actions, self._n_actions(), "actions")
+        if self._needs_reset.any():  # host flags: every sub-env ended at the previous step
+            self._reset_subenvs(self._needs_reset.copy())
+            no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            return self._observations(), torch.zeros(self.num_envs, device=self.device), no, no.clone(), {}
+        return self._step(acts)
+
+    def score_candidates(self, candidates: Any) -> Any:
+        """Reward ``float32 [num_envs, K]`` of K candidate actions per sub-env, no side effects (0 after
+        the episodes ended, as the next ``step`` gives)."""
+        import torch
+
+        self._check_has_reset()
+        cand = self._as_discrete(candidates, self._n_actions(), "candidates")
+        if self._needs_reset.any():
+            return torch.zeros(cand.shape, dtype=torch.float32, device=self.device)
+        return self._score(cand)
+
+    def _step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """The task's step of every sub-env with validated int64 ``actions`` (episodes in progress)."""
+        raise NotImplementedError
+
+    def _score(self, candidates: Any) -> Any:
+        """The task's rewards ``float32 [num_envs, K]`` of validated int64 ``candidates``."""
+        raise NotImplementedError
+
+    def _end_info(self, values: dict[str, Any]) -> dict[str, Any]:
+        """An ``info`` with every key of ``values`` masked by an all-True ``_key`` (every episode ended)."""
+        import torch
+
+        mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._needs_reset[:] = True
+        info: dict[str, Any] = {}
+        for key, value in values.items():
+            info[key], info["_" + key] = value, mask
+        return info

@@ -18,7 +18,7 @@ from tpo_gym.envs._common import (
     check_reset_args,
     draw_uniform,
 )
-from tpo_gym.envs._vector import NativeVectorEnv
+from tpo_gym.envs._vector import NativeTensorEnv, NativeVectorEnv
 from tpo_gym.envs.mnist_data import load_mnist
 
 SPLITS = ("train", "test")
@@ -166,3 +166,75 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
         cand = check_candidate_matrix(candidates, 10, self.num_envs)
         hit = (cand == self._labels[self.indices][:, None]) & ~self._needs_reset[:, None]
         return hit.astype(np.float32)
+
+
+#: MNIST splits already on a device, shared by every tensor env there: ``{(split, root, device): (images, labels)}``.
+_DEVICE_DATA: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+
+def _device_mnist(split: str, root: Any, device: Any) -> tuple[Any, Any]:
+    """``load_mnist(split, root)`` as torch tensors on ``device``, uploaded once per process and device."""
+    import torch
+
+    key = (split, str(root), str(device))
+    if key not in _DEVICE_DATA:
+        images, labels = load_mnist(split, root)
+        _DEVICE_DATA[key] = tuple(torch.from_numpy(np.array(x)).to(device) for x in (images, labels))  # type: ignore
+    return _DEVICE_DATA[key]
+
+
+class MNISTBanditTensorEnv(NativeTensorEnv):
+    """:class:`MNISTBanditVectorEnv` on a torch device: images, labels, rewards and infos as tensors there.
+
+    The same draws (one index per sub-env from the same generators, uploaded once per reset), spaces,
+    ``group_size`` option, rewards and ``info`` (``label``, ``is_success``, ``score``, ``error`` with
+    their masks) as the numpy env; observations ``float32 [N, 784]``, rewards ``float32 [N]``. The split
+    is uploaded to each device once per process and shared by every env there. Lockstep one-step
+    episodes, input checks and autoreset: :class:`~tpo_gym.envs._vector.NativeTensorEnv`.
+    """
+
+    reward_credit: str = "step"
+    fixed_horizon: int = 1
+
+    def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None,
+                 device: Any = "cpu", check_actions: bool = True) -> None:
+        import torch
+
+        super().__init__(num_envs, device, check_actions)
+        self.split = check_choice("split", split, SPLITS)
+        self.root = root
+        self._n_images = len(load_mnist(self.split, root)[1])
+        self._images, self._labels = _device_mnist(self.split, root, self.device)
+        self._set_spaces(spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32), spaces.Discrete(10))
+        self.indices = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        return draw_uniform(gens, self._n_images)
+
+    def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
+        import torch
+
+        if env_ids.size != self.num_envs:  # pragma: no cover - resets always cover every sub-env here
+            raise RuntimeError("internal error: MNISTBanditTensorEnv resets all sub-envs together")
+        self.indices = torch.from_numpy(np.ascontiguousarray(contexts)).to(self.device, non_blocking=True)
+
+    def _observations(self) -> Any:
+        return self._images[self.indices]
+
+    def _step(self, acts: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        import torch
+
+        labels = self._labels[self.indices]
+        hit = acts == labels
+        rewards = hit.float()
+        wide = hit.double()
+        info = self._end_info({"label": labels, "is_success": hit, "score": wide, "error": 1.0 - wide})
+        done = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        return self._observations(), rewards, done, torch.zeros_like(done), info
+
+    def _score(self, cand: Any) -> Any:
+        return (cand == self._labels[self.indices][:, None]).float()
+
+
+#: The on-device form of the native vector env (the rollout collector builds it for a torch device).
+MNISTBanditVectorEnv.tensor_env = MNISTBanditTensorEnv  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from tpo_gym.envs._common import (
     check_size,
     draw_tokens,
 )
-from tpo_gym.envs._vector import NativeVectorEnv
+from tpo_gym.envs._vector import NativeTensorEnv, NativeVectorEnv
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag", "sequential", "terminal")
@@ -389,7 +389,7 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         return self._rewards_of(correct)
 
 
-class TokenTaskTensorEnv(NativeVectorEnv):
+class TokenTaskTensorEnv(NativeTensorEnv):
     """:class:`TokenTaskVectorEnv` held on a torch device: rollouts without host round trips.
 
     The same task, seeding, ``NEXT_STEP`` autoreset, ``group_size`` option, spaces, rewards (one
@@ -398,19 +398,12 @@ class TokenTaskTensorEnv(NativeVectorEnv):
     returns torch tensors (observations ``int64 [N, 2H]``, actions ``int64 [N]``, rewards
     ``float32 [N]``, terminated / truncated ``bool [N]``, infos float64 / bool tensors with their
     masks), and ``score_candidates(int64 [N, K]) -> float32 [N, K]`` is tensor code. For the same
-    seeds and actions every value equals the numpy env's (the tests compare them).
-
-    Every sub-env starts at ``reset`` and every episode lasts exactly H steps, so the sub-envs move in
-    lockstep: the step index is one host integer, and nothing inside an episode reads a device value
-    back. Prompts are drawn on the host from each sub-env's numpy generator (exactly as the numpy
-    env draws them) and uploaded once per reset. With ``check_actions=True`` (default) ``step`` and
-    ``score_candidates`` also check that every value is in ``[0, V)``, which reads the tensor back;
-    the agents' rollouts pass ``False`` (their actions are their own samples).
+    seeds and actions every value equals the numpy env's (the tests compare them). Lockstep, input
+    checks and autoreset: :class:`~tpo_gym.envs._vector.NativeTensorEnv`.
 
     :param device: torch device of the state (``"cpu"``, ``"cuda"``, ``"cuda:N"``...).
+    :param check_actions: also check that every action / candidate is in ``[0, V)`` (reads it back).
     """
-
-    metadata: dict[str, Any] = {"autoreset_mode": NativeVectorEnv.metadata["autoreset_mode"], "render_modes": []}
 
     def __init__(
         self,
@@ -424,14 +417,9 @@ class TokenTaskTensorEnv(NativeVectorEnv):
     ) -> None:
         import torch
 
-        super().__init__(num_envs)
+        super().__init__(num_envs, device, check_actions)
         self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
-        if vocab_size >= 2**62:  # pragma: no cover - the int64 state holds V as padding
-            raise ValueError(f"vocab_size must be < 2**62 on a torch device, got {vocab_size}")
         self.reward_credit = reward_credit_of(self.reward)
-        self.device = torch.device(device)
-        self.check_actions = bool(check_actions)
-        #: Episodes of every sub-env last exactly this many steps (the rollout collector reads it).
         self.fixed_horizon = self.length
         n, v, h = self.num_envs, self.vocab_size, self.length
         self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))
@@ -468,43 +456,15 @@ class TokenTaskTensorEnv(NativeVectorEnv):
         """The current prompts ``int64 [num_envs, H]`` (a copy, on the device)."""
         return self._state[:, : self.length].clone()
 
-    def _as_tokens(self, x: Any, shape: tuple[int, ...], what: str) -> Any:
-        import torch
-
-        if not isinstance(x, torch.Tensor):
-            x = torch.as_tensor(np.asarray(x), device=self.device)
-        if x.dtype in (torch.bool,) or x.dtype.is_floating_point or x.dtype.is_complex:
-            raise ValueError(f"{what} must have an integer dtype, got dtype {x.dtype}")
-        if tuple(x.shape[: len(shape)]) != shape or x.ndim != len(shape) + (what == "candidates"):
-            want = f"({self.num_envs},)" if what == "actions" else f"({self.num_envs}, K)"
-            raise ValueError(f"{what} must have shape {want}, got shape {tuple(x.shape)}")
-        if what == "candidates" and x.shape[1] < 1:
-            raise ValueError(f"candidates must have shape ({self.num_envs}, K) with K >= 1, got shape {tuple(x.shape)}")
-        x = x.to(self.device, torch.int64)
-        if self.check_actions and x.numel():
-            bad = x[(x < 0) | (x >= self.vocab_size)]
-            if bad.numel():
-                raise ValueError(f"{what} must be integers in [0, {self.vocab_size}) (Discrete({self.vocab_size})), "
-                                 f"got {bad[:8].tolist()} outside it")
-        return x
-
     def _rewards_of(self, correct: Any) -> Any:
         """Rewards ``float32 [N, K]`` for correctness ``correct [N, K]`` at the current step."""
         at_last = self._t == self.length - 1
         return candidate_rewards(correct, self._prefix_ok[:, None], at_last, self.reward).float()
 
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Write one token per sub-env; after the episodes end, the next call resets them instead."""
+    def _step(self, acts: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         import torch
 
-        self._check_has_reset()
-        acts = self._as_tokens(actions, (self.num_envs,), "actions")
-        n = self.num_envs
-        no = torch.zeros(n, dtype=torch.bool, device=self.device)
-        if self._needs_reset.any():  # host flags: every sub-env ended at the previous step
-            self._reset_subenvs(self._needs_reset.copy())
-            return self._observations(), torch.zeros(n, device=self.device), no, no.clone(), {}
-        t = self._t
+        t, n = self._t, self.num_envs
         correct = acts == self._target[:, t]
         rewards = self._rewards_of(correct[:, None])[:, 0]
         self._prefix_ok &= correct
@@ -516,28 +476,14 @@ class TokenTaskTensorEnv(NativeVectorEnv):
         terminated = torch.full((n,), ended, dtype=torch.bool, device=self.device)
         info: dict[str, Any] = {}
         if ended:
-            self._needs_reset[:] = True
-            mask = torch.ones(n, dtype=torch.bool, device=self.device)
             exact = self._n_correct == self.length
             score, error = episode_summary(self._n_correct, self._prefix_len, self.length, self.reward)
-            for key, value in (("token_error", 1.0 - self._n_correct.double() / self.length), ("exact_match", exact),
-                               ("is_success", exact), ("score", score), ("error", error)):
-                info[key], info["_" + key] = value, mask
-        return self._observations(), rewards, terminated, no, info
+            info = self._end_info({"token_error": 1.0 - self._n_correct.double() / self.length, "exact_match": exact,
+                                   "is_success": exact, "score": score, "error": error})
+        return self._observations(), rewards, terminated, torch.zeros_like(terminated), info
 
-    def score_candidates(self, candidates: Any) -> Any:
-        """Reward ``float32 [num_envs, K]`` of K candidate next tokens per sub-env, no side effects.
-
-        After the episodes ended (awaiting autoreset) every candidate scores 0, as in the numpy env.
-        """
-        import torch
-
-        self._check_has_reset()
-        cand = self._as_tokens(candidates, (self.num_envs,), "candidates")
-        if self._needs_reset.any():
-            return torch.zeros(cand.shape, dtype=torch.float32, device=self.device)
-        correct = cand == self._target[:, self._t][:, None]
-        return self._rewards_of(correct)
+    def _score(self, cand: Any) -> Any:
+        return self._rewards_of(cand == self._target[:, self._t][:, None])
 
 
 #: The on-device form of the native vector env (the rollout collector builds it for a torch device).
