@@ -101,7 +101,7 @@ class NativeVectorEnv(VectorEnv):
         seeded = gens is not None
         if gens is not None:
             self._gens = gens
-            self._np_random = gens[0]
+            self._np_random = getattr(gens[0], "real", lambda: gens[0])()  # a numpy Generator, as gymnasium's
         self._reset_subenvs(np.ones(self.num_envs, dtype=np.bool_), seeded=seeded)
         self._has_reset = True
         return self._observations(), {}
