@@ -1024,3 +1024,38 @@ def test_grpo_kl_to_a_reference_model() -> None:
     torch.testing.assert_close(with_ref - no_kl, 0.5 * expected_kl)
     with pytest.raises(ValueError, match="logp_ref"):
         O.grpo_loss(logp, logp_old, scores, logp_ref=torch.zeros(3, 5, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# deferred value checks (one read-back per update on a GPU)
+# ---------------------------------------------------------------------------------------------
+def test_deferred_checks_raise_the_same_error_at_the_end_of_the_block() -> None:
+    from tpo_gym.objectives import deferred_checks
+
+    logp = torch.log_softmax(torch.randn(3, 4), -1)
+    logp[1, 2] = float("nan")
+    q = torch.full((3, 4), 0.25)
+    with pytest.raises(ValueError) as now:
+        O.tpo_loss(logp, q)
+    reached = []
+    with pytest.raises(ValueError) as later:
+        with deferred_checks(force=True):
+            O.tpo_loss(logp, q)  # queued, not raised
+            reached.append(True)
+    assert reached == [True] and str(later.value) == str(now.value) and "index (1, 2)" in str(now.value)
+    with deferred_checks(force=True):  # valid inputs: nothing raised
+        O.tpo_loss(torch.log_softmax(torch.randn(3, 4), -1), q)
+    with pytest.raises(ValueError, match="q must be a target distribution"), deferred_checks(force=True):
+        O.tpo_loss(torch.log_softmax(torch.randn(3, 4), -1), q - 1)
+    with deferred_checks(), pytest.raises(ValueError, match="must be finite"):  # CPU: immediate unless forced
+        O.tpo_loss(logp, q)
+
+
+def test_an_error_inside_deferred_checks_propagates_and_the_queue_is_dropped() -> None:
+    from tpo_gym.objectives import deferred_checks
+
+    bad = torch.tensor([[float("inf"), 0.0]])
+    with pytest.raises(KeyError), deferred_checks(force=True):
+        O.tpo_loss(bad, torch.tensor([[0.5, 0.5]]))
+        raise KeyError("first")
+    O.tpo_loss(torch.log_softmax(torch.zeros(1, 2), -1), torch.tensor([[0.5, 0.5]]))  # no stale queue

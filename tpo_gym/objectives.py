@@ -71,7 +71,10 @@ is needed; a non-bool mask; a non-integer dtype for labels or actions, even 2.0)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +100,7 @@ __all__ = [
     "dg_loss",
     "cross_entropy_loss",
     "k3_kl",
+    "deferred_checks",
 ]
 
 #: Relative zero-variance tolerance: a group whose score std is at most ``STD_EPS * max|s|`` (for
@@ -121,6 +125,42 @@ class InputTypeError(TypeError, ValueError):
 # --------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_checks(force: bool = False) -> Iterator[None]:
+    """Check the objectives' input *values* once, at the end of the block, instead of call by call.
+
+    Every objective checks that its inputs are finite (where valid), that a target is a distribution
+    and that indices are in range; each such check reads a device value back, which on a GPU
+    synchronises the device. Inside this block, checks on non-CPU tensors (every check with
+    ``force=True``) only queue their device-side flag; leaving the block reads all the flags back at
+    once and raises the first failed check's usual ``ValueError``. Checks of shapes, dtypes and
+    arguments stay immediate. The agents wrap each update in it; on CPU nothing changes.
+    """
+    previous = (getattr(_DEFERRED, "queue", None), getattr(_DEFERRED, "force", False))
+    queue: list[tuple[torch.Tensor, Callable[[], NoReturn]]] = []
+    _DEFERRED.queue, _DEFERRED.force = queue, force
+    try:
+        yield
+    finally:
+        _DEFERRED.queue, _DEFERRED.force = previous
+    if queue:
+        flags = torch.stack([flag.reshape(()).to(queue[0][0].device) for flag, _ in queue])
+        if bool(flags.any()):
+            queue[int(flags.to(torch.uint8).argmax())][1]()
+
+
+def _fail_if(bad: torch.Tensor, fail: Callable[[], NoReturn]) -> None:
+    """Call ``fail`` (which raises) if the 0-d bool ``bad`` is true: now, or at the end of :func:`deferred_checks`."""
+    queue = getattr(_DEFERRED, "queue", None)
+    if queue is not None and (bad.device.type != "cpu" or _DEFERRED.force):
+        queue.append((bad, fail))
+    elif bool(bad):
+        fail()
+
+
 def _as_tensor(name: str, x: torch.Tensor, kind: str = "float") -> torch.Tensor:
     """``x`` if it is a non-empty tensor with at least one dimension of the right dtype kind."""
     if not isinstance(x, torch.Tensor):
@@ -171,12 +211,15 @@ def _valid_values(name: str, x: torch.Tensor, valid: torch.Tensor | None, hint: 
     bad = ~torch.isfinite(x)
     if valid is not None:
         bad = bad & valid
-    if bool(bad.any()):
+
+    def fail() -> NoReturn:
         first = tuple(bad.nonzero()[0].tolist())
         raise ValueError(
             f"{name} must be finite at every valid (unmasked) position, got "
             f"{x[first].item()!r} at index {first} ({int(bad.sum())} non-finite value(s)){hint}"
         )
+
+    _fail_if(bad.any(), fail)
     return x if valid is None else _where(valid, x)
 
 
@@ -380,8 +423,10 @@ def tpo_loss(logp: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = No
     mask = _check_mask("logp", logp, mask)
     logp = _valid_values("logp", logp, mask, _LOGP_HINT)
     q = _valid_values("q", q.detach(), mask)
-    if bool((q < 0).any()):
+    def negative_q() -> NoReturn:
         raise ValueError(f"q must be a target distribution (q >= 0), got a minimum of {q.min().item()!r}")
+
+    _fail_if((q < 0).any(), negative_q)
     valid = None if mask is None else mask.any(dim=-1)
     with torch.no_grad():
         per_group = -(q * _masked_log_softmax(logp, mask)).sum(dim=-1)
@@ -428,8 +473,10 @@ def onehot_advantage_scores(
         )
     rewards = _valid_values("rewards", rewards, None)
     probs = _valid_values("probs", probs, None)
-    if bool((probs < 0).any()):
+    def negative_probs() -> NoReturn:
         raise ValueError(f"probs must be probabilities (>= 0), got a minimum of {probs.min().item()!r}")
+
+    _fail_if((probs < 0).any(), negative_probs)
     n_actions = probs.shape[-1]
     _check_index_range("actions", actions, n_actions, None)
     advantage = rewards - probs.pow(2).sum(dim=-1)
@@ -440,9 +487,12 @@ def _check_index_range(name: str, index: torch.Tensor, n: int, valid: torch.Tens
     bad = (index < 0) | (index >= n)
     if valid is not None:
         bad = bad & valid
-    if bool(bad.any()):
+
+    def fail() -> NoReturn:
         first = tuple(bad.nonzero()[0].tolist())
         raise ValueError(f"{name} must lie in [0, {n}), got {int(index[first])} at index {first}")
+
+    _fail_if(bad.any(), fail)
 
 
 # --------------------------------------------------------------------------------------------

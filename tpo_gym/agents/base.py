@@ -37,7 +37,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, safe_mean
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecMonitor
 
 from tpo_gym._validation import check_bool, check_choice, check_float, check_int
@@ -54,7 +54,22 @@ from tpo_gym.agents.sampling import (
     tensor_env_available,
 )
 
-__all__ = ["GroupAlgorithm", "Grouping"]
+__all__ = ["GroupAlgorithm", "Grouping", "resolve_records"]
+
+
+def resolve_records(records: list[dict[str, Any]]) -> None:
+    """Replace every tensor value of ``records`` by its Python float, in place, with one read-back.
+
+    The diagnostics of an update stay on the device until its record is made; reading them back one
+    by one would synchronise a GPU once per value.
+    """
+    keys = [(r, k) for r in records for k, v in r.items() if isinstance(v, torch.Tensor)]
+    if not keys:
+        return
+    device = keys[0][0][keys[0][1]].device
+    values = torch.stack([r[k].detach().reshape(()).to(device, torch.float64) for r, k in keys]).tolist()
+    for (r, k), v in zip(keys, values, strict=True):
+        r[k] = v
 
 SelfGroupAlgorithm = TypeVar("SelfGroupAlgorithm", bound="GroupAlgorithm")
 
@@ -630,7 +645,17 @@ class GroupAlgorithm(BaseAlgorithm):
         return torch.linalg.vector_norm(torch.cat(grads)) if grads else torch.zeros(())
 
     def train(self) -> dict[str, float]:
-        """Update the policy on ``self.rollout_batch``: ``n_epochs`` full-batch optimiser steps."""
+        """Update the policy on ``self.rollout_batch``: ``n_epochs`` full-batch optimiser steps.
+
+        The objectives' value checks of the whole update are read back together at its end
+        (:func:`~tpo_gym.objectives.deferred_checks`; immediate on CPU).
+        """
+        from tpo_gym.objectives import deferred_checks
+
+        with deferred_checks():
+            return self._train_update()
+
+    def _train_update(self) -> dict[str, Any]:
         batch, fixed, diagnostics = self._begin_update()
         text = isinstance(batch, TextBatch)
         optimizer = self.policy.optimizer
@@ -773,20 +798,34 @@ class GroupAlgorithm(BaseAlgorithm):
         callback.on_training_end()
         return self
 
-    def _record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, float], log_interval: int) -> None:
-        """Append the iteration's record to ``history``, log it, dump the logs every ``log_interval``."""
+    @staticmethod
+    def _episode_means(batch: RolloutBatch | TextBatch) -> dict[str, Any]:
+        """The batch's mean return and length for SB3's ``rollout/ep_*_mean`` (tensors, resolved with the record)."""
+        return {"ep_rew_mean": batch.returns.float().mean(), "ep_len_mean": batch.lengths.float().mean()}
+
+    def _record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, Any], log_interval: int,
+                          episode: dict[str, Any] | None = None) -> None:
+        """Append the iteration's record to ``history``, log it, dump the logs every ``log_interval``.
+
+        Tensor values of ``stats`` (diagnostics computed on the device) are read back here, all at once
+        (:func:`resolve_records`; a :class:`~tpo_gym.agents.SeedBatch` resolves every seed's in one go
+        and passes ``episode``).
+        """
+        if episode is None:
+            episode = self._episode_means(batch)
+            resolve_records([stats, episode])
         record = {"iteration": self._iteration, "num_timesteps": self.num_timesteps, "error": batch.error, **stats}
         self.history.append(record)
         self._iteration += 1
-        self._log(record, batch)
+        self._log(record, batch, episode)
         if self._iteration % log_interval == 0:
             self.logger.dump(step=self.num_timesteps)
 
-    def _log(self, record: dict[str, float], batch: RolloutBatch) -> None:
+    def _log(self, record: dict[str, float], batch: RolloutBatch, episode: dict[str, float]) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
         self.logger.record("rollout/error", record["error"])
-        self.logger.record("rollout/ep_rew_mean", safe_mean(batch.returns.cpu().numpy()))
-        self.logger.record("rollout/ep_len_mean", safe_mean(batch.lengths.cpu().numpy()))
+        self.logger.record("rollout/ep_rew_mean", episode["ep_rew_mean"])
+        self.logger.record("rollout/ep_len_mean", episode["ep_len_mean"])
         for key, value in record.items():
             if key not in ("iteration", "num_timesteps", "error"):
                 self.logger.record(f"train/{key}", value)
@@ -1008,8 +1047,9 @@ class GroupAlgorithm(BaseAlgorithm):
     # helpers for the subclasses
     # ------------------------------------------------------------------------------------------
     @staticmethod
-    def group_diagnostics(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[str, float]:
-        """Fractions of zero-variance, all-fail (every score <= 0) and any-success (a score >= 1) groups."""
+    def group_diagnostics(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Fractions of zero-variance, all-fail (every score <= 0) and any-success (a score >= 1) groups
+        (0-d tensors: read back with the iteration's record, see :func:`resolve_records`)."""
         from tpo_gym.objectives import zero_variance_groups
 
         valid = torch.ones(scores.shape[:-1], dtype=torch.bool, device=scores.device)
@@ -1018,8 +1058,8 @@ class GroupAlgorithm(BaseAlgorithm):
         hi = scores if mask is None else scores.masked_fill(~mask, -math.inf)
         n = valid.sum().clamp(min=1)
 
-        def frac(x: torch.Tensor) -> float:
-            return float((x & valid).sum() / n)
+        def frac(x: torch.Tensor) -> torch.Tensor:
+            return (x & valid).sum() / n
 
         return {
             "zero_variance_fraction": frac(zero_variance_groups(scores, mask)),

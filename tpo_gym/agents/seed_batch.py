@@ -55,9 +55,10 @@ from typing import Any
 import torch
 
 from tpo_gym._validation import check_bool, check_choice, check_int
-from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.base import GroupAlgorithm, resolve_records
 from tpo_gym.agents.policies import CategoricalPolicy, MuonAdamW
 from tpo_gym.agents.reference_setup import ReferenceMuon
+from tpo_gym.objectives import deferred_checks
 
 MODES = ("auto", "loop", "stacked")
 #: torch optimisers whose update is elementwise: one instance on stacked tensors is S exact copies.
@@ -516,8 +517,12 @@ class SeedBatch:
                     a._update_current_progress_remaining(a.num_timesteps, total)
                 if not go_on:
                     break
-                for a, stats in zip(self.agents, self._train(), strict=True):
-                    a._record_iteration(a.rollout_batch, stats, log_interval)
+                with deferred_checks():  # the objectives' value checks of all seeds, read back at once
+                    all_stats = self._train()
+                episodes = [a._episode_means(a.rollout_batch) for a in self.agents]
+                resolve_records(all_stats + episodes)  # every seed's diagnostics in one read-back
+                for a, stats, episode in zip(self.agents, all_stats, episodes, strict=True):
+                    a._record_iteration(a.rollout_batch, stats, log_interval, episode)
                 bar.update(1)
         finally:
             bar.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,12 +20,16 @@ __all__ = ["TPO"]
 CANDIDATES = ("sampled", "single")
 
 
-def winner_loser_means(values: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
-    """Mean of ``values`` over winners (``u > 0``) and over losers (``u < 0``) among valid candidates."""
+def winner_loser_means(values: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean of ``values`` over winners (``u > 0``) and over losers (``u < 0``) among valid candidates
+    (NaN where there are none), as 0-d tensors: computed on the device, read back with the iteration's record."""
     valid = torch.ones_like(u, dtype=torch.bool) if mask is None else mask
     out = []
     for sel in (valid & (u > 0), valid & (u < 0)):
-        out.append(float(values[sel].mean()) if bool(sel.any()) else float("nan"))
+        count = sel.sum()
+        total = torch.where(sel, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum()
+        out.append(torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, math.nan)))
     return out[0], out[1]
 
 
@@ -88,8 +93,8 @@ class TPO(GroupAlgorithm):
         q = tpo_target(old, u, self.eta, self.anchor, mask)
         diagnostics["mean_q_winners"], diagnostics["mean_q_losers"] = winner_loser_means(q, u, mask)
         if self._require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
-            diagnostics["entropy_q"] = float(entropy(torch.log(q.clamp(min=1e-30))))
-            diagnostics["entropy_p_old"] = float(entropy(old))
+            diagnostics["entropy_q"] = entropy(torch.log(q.clamp(min=1e-30)))
+            diagnostics["entropy_p_old"] = entropy(old)
         return {"q": q, "mask": mask}, diagnostics
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
