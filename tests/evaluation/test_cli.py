@@ -204,3 +204,22 @@ def test_device_is_checked_early_and_recorded(capsys: pytest.CaptureFixture[str]
                                "--out", str(tmp_path / "c")])
     assert code == 0
     assert json.loads((tmp_path / "c" / "manifest.json").read_text())["device"] == "cpu"
+
+
+def test_report_over_a_selection_gathers_pieces_and_runs_nothing(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    for method in ("TPO", "DG"):  # one method at a time, as a long preset is filled piece by piece
+        code, _, _ = _run(capsys, ["bench", "--preset", "tabular-single", "--methods", method, "--setups", "tuned",
+                                   "--seeds", "2", "--out", str(out), "--no-progress"])
+        assert code == 0
+    assert "| DG |" in (out / "report.md").read_text() and "| TPO |" not in (out / "report.md").read_text()
+    records = sorted(p.name for p in (out / "runs").iterdir())
+    code, stdout, _ = _run(capsys, ["report", str(out), "--methods", "TPO,DG", "--setups", "tuned", "--seeds", "3"])
+    assert code == 0 and "report.md" in stdout
+    text = (out / "report.md").read_text()
+    assert "| TPO |" in text and "| DG |" in text and "| seeds | 3 (0..2) |" in text
+    assert "2 not run yet" in text, "seed 2 of each method is missing, and said so"
+    assert sorted(p.name for p in (out / "runs").iterdir()) == records, "report runs nothing"
+    code, _, err = _run(capsys, ["report", str(out), "--methods", "TPOO"])
+    assert code == 2 and "no method 'TPOO'" in err

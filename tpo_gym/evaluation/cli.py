@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 "written by tpo-gym bench, from its manifest.json and stored runs (runs/*.json, or "
                                 "the rows of results.jsonl for runs without a record).", 100))
     report.add_argument("dir", help="a directory written by tpo-gym bench")
+    report.add_argument("--settings", default=None, metavar="A,B",
+                        help="report these settings of the preset (default: those of the last bench run there)")
+    report.add_argument("--methods", default=None, metavar="X,Y", help="report these methods")
+    report.add_argument("--setups", default=None, metavar="A,B", help="report these setups")
+    report.add_argument("--seeds", type=_positive_int("--seeds"), default=None,
+                        help="report seeds 0..N-1 (runs not stored show as not run yet); nothing is run")
     parser._tpo_sub = {"presets": presets, "bench": bench, "report": report}  # type: ignore[attr-defined]
     return parser
 
@@ -268,20 +274,22 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
 
-    from tpo_gym.evaluation.report import NoStoredRuns, build_report
+    from tpo_gym.evaluation.report import NoStoredRuns, build_report, select_report
 
     if args.command == "report":
         target = Path(args.dir)
         if target.exists() and not target.is_dir():
             _fail("report", f"{target} is not a directory")
         try:
+            if args.settings or args.methods or args.setups or args.seeds:
+                select_report(target, _names(args.settings), _names(args.methods), _names(args.setups), args.seeds)
             written = build_report(target)
         except NoStoredRuns as exc:
             _fail("report", str(exc), code=1)
         except FileNotFoundError as exc:
             _fail("report", str(exc))
         except PresetError as exc:
-            _fail("report", f"{target / 'manifest.json'} holds an invalid preset: {exc}")
+            _fail("report", f"{target / 'manifest.json'}: {exc}")
         except OSError as exc:
             _fail("report", f"cannot write the report in {target}: {exc.strerror or exc}", code=1)
         print(f"wrote {', '.join(sorted(written))} in {target}")

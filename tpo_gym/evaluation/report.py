@@ -34,7 +34,7 @@ import numpy as np
 
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
-from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_text, read_json
+from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
 from tpo_gym.evaluation.runner import load_record
@@ -990,6 +990,37 @@ def _setup(preset: Preset, manifest: dict[str, Any], cells: dict[tuple[str, str]
         md.append(f"| run source | {from_jsonl} runs rebuilt from `results.jsonl` (no per-run record in `runs/`) |")
     md.append("")
     return md
+
+
+def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
+                  setups: list[str] | None = None, seeds: int | None = None) -> None:
+    """Point ``out``'s report at another selection of its preset's runs, running nothing.
+
+    The next :func:`build_report` covers these settings, methods, setups and seeds ``0 .. seeds-1``
+    (each ``None``: as the manifest has it; settings, methods and setups are chosen from the packaged
+    preset of the manifest's name when there is one, else from the preset as run). Runs of the
+    selection that are not stored show as not run yet. Several ``tpo-gym bench`` invocations that
+    filled one directory piece by piece (a method at a time, say) are reported together this way.
+
+    :raises FileNotFoundError: ``out`` has no ``manifest.json``.
+    :raises PresetError: a name outside the preset (with close matches), or seeds < 1.
+    """
+    manifest_path = Path(out) / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
+    manifest = read_json(manifest_path)
+    validate_preset(manifest["preset"], source=str(manifest_path))
+    name = manifest["preset"]["name"]
+    full = load_preset(name) if name in available_presets() else \
+        Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
+    if settings is not None or methods is not None or setups is not None:
+        full = full.subset(settings, methods, setups)
+    if seeds is not None:
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise PresetError(f"seeds must be an integer >= 1, got {seeds!r}")
+        manifest["seeds"] = seeds
+    manifest.update(preset=full.data, preset_source=full.source)
+    atomic_write_json(manifest_path, manifest)
 
 
 def build_report(out: str | Path) -> dict[str, Path]:
