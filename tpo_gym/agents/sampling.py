@@ -97,10 +97,13 @@ def group_api_available(source: RolloutSource) -> bool:
     spec = source.spec
     if spec is None or spec.vector_entry_point is None or spec.additional_wrappers:
         return False
+    return hasattr(_vector_creator(spec), "score_candidates")
+
+
+def _vector_creator(spec: EnvSpec) -> Any:
+    """The class (or function) of ``spec``'s ``vector_entry_point``, loaded if given as a string."""
     creator = spec.vector_entry_point
-    if isinstance(creator, str):
-        creator = load_env_creator(creator)
-    return hasattr(creator, "score_candidates")
+    return load_env_creator(creator) if isinstance(creator, str) else creator
 
 
 @dataclass
@@ -121,7 +124,7 @@ class RolloutEnv:
     native: bool
     horizon: int
     reward_credit: str = "step"
-    #: True for an on-device tensor env (``TokenTaskTensorEnv``): rollouts stay on its device.
+    #: True for an on-device tensor env (``TokenTaskTensorEnv``, ``MNISTBanditTensorEnv``): rollouts stay on its device.
     on_device: bool = False
 
     @property
@@ -152,10 +155,7 @@ def tensor_env_available(source: RolloutSource) -> bool:
     """Whether ``source``'s native vector env has an on-device tensor form (its ``tensor_env`` class)."""
     if not group_api_available(source):
         return False
-    creator = source.spec.vector_entry_point  # type: ignore[union-attr]
-    if isinstance(creator, str):
-        creator = load_env_creator(creator)
-    return getattr(creator, "tensor_env", None) is not None
+    return getattr(_vector_creator(source.spec), "tensor_env", None) is not None  # type: ignore[arg-type]
 
 
 def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -> RolloutEnv:
@@ -179,10 +179,7 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
             raise ValueError(f"{name} has no on-device tensor form (the token tasks and MNIST have one); "
                              "roll out on the host")
         assert spec is not None
-        creator = spec.vector_entry_point
-        if isinstance(creator, str):
-            creator = load_env_creator(creator)
-        venv = creator.tensor_env(num_envs=num_envs, device=device, check_actions=False, **spec.kwargs)
+        venv = _vector_creator(spec).tensor_env(num_envs=num_envs, device=device, check_actions=False, **spec.kwargs)
         return RolloutEnv(venv, True, int(venv.fixed_horizon), _reward_credit(venv), on_device=True)
     if group_api_available(source):
         assert spec is not None

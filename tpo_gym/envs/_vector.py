@@ -148,6 +148,12 @@ class NativeTensorEnv(NativeVectorEnv):
         self.device = torch.device(device)
         self.check_actions = bool(check_actions)
 
+    def _reset_subenvs(self, mask: np.ndarray, seeded: bool = False) -> None:
+        """As the numpy env's, but always every sub-env at once (lockstep), so ``_assign_contexts`` sets all."""
+        if not mask.all():  # pragma: no cover - resets and autoresets here always cover every sub-env
+            raise RuntimeError(f"internal error: {type(self).__name__} resets all sub-envs together")
+        super()._reset_subenvs(mask, seeded)
+
     def _as_discrete(self, x: Any, n: int, what: str) -> Any:
         """``x`` as an int64 tensor on the device: actions ``(num_envs,)`` or candidates ``(num_envs, K)``."""
         import torch

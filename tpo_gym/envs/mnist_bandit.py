@@ -214,8 +214,6 @@ class MNISTBanditTensorEnv(NativeTensorEnv):
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         import torch
 
-        if env_ids.size != self.num_envs:  # pragma: no cover - resets always cover every sub-env here
-            raise RuntimeError("internal error: MNISTBanditTensorEnv resets all sub-envs together")
         self.indices = torch.from_numpy(np.ascontiguousarray(contexts)).to(self.device, non_blocking=True)
 
     def _observations(self) -> Any:

@@ -290,7 +290,20 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
         return self._reward_of(cand == self._target[self._t])
 
 
-class TokenTaskVectorEnv(NativeVectorEnv):
+class _TokenTaskVectors:
+    """What the native vector env and its on-device form share: the task's arguments, spaces and prompt draws."""
+
+    def _setup_task(self, target: str, reward: str, vocab_size: int, length: int) -> None:
+        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        self.reward_credit = reward_credit_of(self.reward)
+        v, h = self.vocab_size, self.length
+        self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))  # type: ignore[attr-defined]
+
+    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
+        return draw_tokens(gens, self.vocab_size, self.length)
+
+
+class TokenTaskVectorEnv(_TokenTaskVectors, NativeVectorEnv):
     """Native batched :class:`TokenTaskEnv`: ``num_envs`` prompts in ``[N, 2H]`` arrays.
 
     ``NEXT_STEP`` autoreset, seeding, spaces and ``info`` as ``SyncVectorEnv`` (identical rewards and
@@ -309,10 +322,8 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         length: int = 10,
     ) -> None:
         super().__init__(num_envs)
-        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
-        self.reward_credit = reward_credit_of(self.reward)
+        self._setup_task(target, reward, vocab_size, length)
         n, v, h = self.num_envs, self.vocab_size, self.length
-        self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))
         self._state = np.full((n, 2 * h), v, dtype=np.int64)
         self._target = np.zeros((n, h), dtype=np.int64)
         self._t = np.zeros(n, dtype=np.int64)
@@ -325,9 +336,6 @@ class TokenTaskVectorEnv(NativeVectorEnv):
     def prompts(self) -> np.ndarray:
         """The current prompts ``int64 [num_envs, H]`` (a copy)."""
         return self._state[:, : self.length].copy()
-
-    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        return draw_tokens(gens, self.vocab_size, self.length)
 
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         h = self.length
@@ -389,7 +397,7 @@ class TokenTaskVectorEnv(NativeVectorEnv):
         return self._rewards_of(correct)
 
 
-class TokenTaskTensorEnv(NativeTensorEnv):
+class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
     """:class:`TokenTaskVectorEnv` held on a torch device: rollouts without host round trips.
 
     The same task, seeding, ``NEXT_STEP`` autoreset, ``group_size`` option, spaces, rewards (one
@@ -418,11 +426,9 @@ class TokenTaskTensorEnv(NativeTensorEnv):
         import torch
 
         super().__init__(num_envs, device, check_actions)
-        self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
-        self.reward_credit = reward_credit_of(self.reward)
+        self._setup_task(target, reward, vocab_size, length)
         self.fixed_horizon = self.length
         n, v, h = self.num_envs, self.vocab_size, self.length
-        self._set_spaces(spaces.MultiDiscrete(np.full(2 * h, v + 1), dtype=np.int64), spaces.Discrete(v))
         self._state = torch.full((n, 2 * h), v, dtype=torch.int64, device=self.device)
         self._target = torch.zeros((n, h), dtype=torch.int64, device=self.device)
         self._prefix_ok = torch.ones(n, dtype=torch.bool, device=self.device)
@@ -430,14 +436,9 @@ class TokenTaskTensorEnv(NativeTensorEnv):
         self._prefix_len = torch.zeros(n, dtype=torch.int64, device=self.device)
         self._t = 0  # the step index of every sub-env (lockstep)
 
-    def _draw_contexts(self, gens: list[np.random.Generator], seeded: bool) -> np.ndarray:
-        return draw_tokens(gens, self.vocab_size, self.length)
-
     def _assign_contexts(self, env_ids: np.ndarray, contexts: np.ndarray) -> None:
         import torch
 
-        if env_ids.size != self.num_envs:  # pragma: no cover - resets always cover every sub-env here
-            raise RuntimeError("internal error: TokenTaskTensorEnv resets all sub-envs together")
         prompts = torch.from_numpy(np.ascontiguousarray(contexts)).to(self.device, non_blocking=True)
         h = self.length
         self._state[:, :h] = prompts

@@ -992,6 +992,20 @@ def _setup(preset: Preset, manifest: dict[str, Any], cells: dict[tuple[str, str]
     return md
 
 
+def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
+    """``out``'s manifest path and its content, the preset in it validated.
+
+    :raises FileNotFoundError: ``out`` has no ``manifest.json``.
+    :raises PresetError: the manifest's preset does not validate.
+    """
+    manifest_path = out / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
+    manifest = read_json(manifest_path)
+    validate_preset(manifest["preset"], source=str(manifest_path))
+    return manifest_path, manifest
+
+
 def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
                   setups: list[str] | None = None, seeds: int | None = None) -> None:
     """Point ``out``'s report at another selection of its preset's runs, running nothing.
@@ -1005,11 +1019,7 @@ def select_report(out: str | Path, settings: list[str] | None = None, methods: l
     :raises FileNotFoundError: ``out`` has no ``manifest.json``.
     :raises PresetError: a name outside the preset (with close matches), or seeds < 1.
     """
-    manifest_path = Path(out) / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
-    manifest = read_json(manifest_path)
-    validate_preset(manifest["preset"], source=str(manifest_path))
+    manifest_path, manifest = _read_manifest(Path(out))
     name = manifest["preset"]["name"]
     full = load_preset(name) if name in available_presets() else \
         Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
@@ -1032,11 +1042,7 @@ def build_report(out: str | Path) -> dict[str, Path]:
         the report is left as it is).
     """
     out = Path(out)
-    manifest_path = out / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
-    manifest = read_json(manifest_path)
-    validate_preset(manifest["preset"], source=str(manifest_path))
+    manifest_path, manifest = _read_manifest(out)
     run_preset = Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
     preset, full_methods, drift = _presentation(run_preset)
     n_seeds = int(manifest["seeds"])
