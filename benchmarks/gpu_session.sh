@@ -6,6 +6,10 @@
 #   python3 -m pip download --no-deps -d .whl gymnasium==1.4.0 stable-baselines3==2.9.2 farama-notifications==0.0.6
 # There: `bash benchmarks/gpu_session.sh` (carry .whl; about 6-8 minutes on an H200). It writes its figures
 # to ${OUT:-/tmp/gpu_session}/ and prints them.
+# `bash benchmarks/gpu_session.sh table1 [SECONDS]` (issue 13; straight after, while the machine is warm) runs
+# only the Table 1 reference runs CPU sessions cannot afford (V = 8, 16, 10 seeds, one seed batch per method and
+# setting) for at most SECONDS (default 420); every finished seed is a record under $OUT/table1/runs/, to copy
+# into runs/table1/runs/ here and report with `tpo-gym report runs/table1 --seeds 10`.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
@@ -16,6 +20,12 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
+if [ "${1:-}" = table1 ]; then
+  timeout "${2:-420}" python3 -c "import sys; from tpo_gym.evaluation.cli import main; sys.exit(main(sys.argv[1:]))" \
+    bench --preset table1 --settings V=8,V=16 --setups reference --seeds 10 --seed-batch 10 --workers 1 \
+    --device cuda --out "$OUT/table1" --no-progress 2>&1 | tee "$OUT/table1.txt"
+  exit 0
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
 
