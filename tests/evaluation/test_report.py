@@ -100,6 +100,31 @@ def test_every_line_of_every_figure_has_its_methods_colour(tmp_path: Path, monke
     assert {(gid, c) for _, gid, c in seen} == {("TPO", colors["TPO"]), ("DG", colors["DG"])}
 
 
+def test_curve_panels_keep_their_labels_inside_the_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A y-label no taller than its panel (a long symlog note once ran into the neighbouring panels and the
+    title); the scale's note under the x-axis instead."""
+    checked: list[tuple[str, str]] = []
+    original = R._save
+
+    def spy(fig, path, handles, labels, title):
+        fig.canvas.draw()
+        for ax in fig.axes:
+            if not ax.get_visible() or not ax.get_xlabel().startswith("step"):
+                continue
+            label = ax.yaxis.label
+            assert label.get_window_extent().height <= ax.get_window_extent().height, (path.name, label.get_text())
+            if ax.get_yscale() == "symlog":
+                assert "symlog, linear below" in ax.get_xlabel() and "symlog" not in label.get_text()
+                checked.append((path.name, ax.get_title()))
+        original(fig, path, handles, labels, title)
+
+    monkeypatch.setattr(R, "_save", spy)
+    out = tmp_path / "out"
+    bench(load_preset(str(write_preset(tmp_path, COLOUR_PRESET))), out, progress=False)
+    build_report(out)
+    assert {name for name, _ in checked} == {"curves_grad_norm.png"}  # exact zeros there: symlog panels
+
+
 # ---------------------------------------------------------------------------------------------
 # claims
 # ---------------------------------------------------------------------------------------------

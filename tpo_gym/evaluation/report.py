@@ -304,6 +304,16 @@ def _apply_scale(ax: Any, scale: Scale) -> None:
             ax.set_ylim(bottom=0.0)
 
 
+def _label_panel(ax: Any, title: str, ylabel: str, scale: Scale) -> None:
+    """Title, axis labels and grid of a curve panel over steps. The y-scale's note ("symlog, linear below
+    1e-04") goes under the x-axis, where it has the panel's width, not beside the y-axis, where a long label
+    runs past the panel's height into its neighbours."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step" + (f"\ny: {scale.note}" if scale.note else ""), fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.grid(alpha=0.3)
+
+
 def _draw(ax: Any, steps: np.ndarray, mat: np.ndarray, color: Any, scale: Scale, nonneg: bool,
           style: str = "-", label: str | None = None, lw: float = 1.4, method: str | None = None,
           upper: float | None = None) -> Any:
@@ -434,10 +444,7 @@ def _fig_curves(preset: Preset, cells: dict[tuple[str, str], Cell], key: str, co
         _apply_scale(ax, scale)
         if scale.kind == "symlog":
             notes.append(f"{setting}: symlog, linear below {scale.linthresh:.0e}")
-        ax.set_title(setting, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel(key + (f" ({scale.note})" if scale.note else ""), fontsize=9)
-        ax.grid(alpha=0.3)
+        _label_panel(ax, setting, key, scale)
     order = [m for m in colors if m in handles]
     _save(fig, path, [handles[m] for m in order], order, f"{key}: seed mean ± s.e.")
     caption = _seeds_note(cells, n_seeds)
@@ -526,10 +533,7 @@ def _fig_weights(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dic
                   method=method)
             used[method] = what
         _apply_scale(ax, scale)
-        ax.set_title(setting, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel("weight per candidate" + (f" ({scale.note})" if scale.note else ""), fontsize=9)
-        ax.grid(alpha=0.3)
+        _label_panel(ax, setting, "weight per candidate", scale)
     order = [m for m in colors if m in used]
     handles = [Line2D([], [], color=colors[m], lw=1.6) for m in order]
     labels = [f"{m}: mean {used[m]}" for m in order]
