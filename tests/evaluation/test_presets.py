@@ -195,3 +195,17 @@ def _with_setups(**setup) -> dict:
 def test_validation_rejects_bad_setups(data: dict, message: str) -> None:
     with pytest.raises(PresetError, match=message):
         validate_preset(data, source="test")
+
+
+@pytest.mark.parametrize("name", sorted(available_presets()))
+def test_every_method_of_every_preset_can_be_selected_alone(name: str) -> None:
+    """``--methods X`` works for each method (a setup's overrides of the others and tables of settings
+    that no longer run are pruned with them) and selects the very runs of the full preset, hashes included."""
+    full = load_preset(name)
+    hashes = {r.run_id: r.config_hash for r in full.runs(1)}
+    for method in full.methods:
+        sub = full.subset(None, [method["name"]])
+        runs = sub.runs(1)
+        assert runs and {r.method for r in runs} == {method["name"]}
+        assert {r.run_id: r.config_hash for r in runs}.items() <= hashes.items()
+        assert len(runs) == sum(r.method == method["name"] for r in full.runs(1))

@@ -182,12 +182,17 @@ class Preset:
             else:
                 chosen = resolve_names(wanted, known, f"preset {self.name!r}", kind)
             data[kind] = [x for x in data[kind] if x["name"] in chosen]
-        keep_s = {s["name"] for s in data["settings"]}
         keep_m = {m["name"] for m in data["methods"]}
         for s in data["settings"]:
             if s.get("methods") is not None:
                 s["methods"] = [m for m in s["methods"] if m in keep_m]
+            if s.get("method_overrides"):  # a setup's changes to methods left out go with them
+                s["method_overrides"] = {m: o for m, o in s["method_overrides"].items() if m in keep_m}
+        for u in data.get("setups", []) or []:
+            if u.get("methods"):
+                u["methods"] = {m: o for m, o in u["methods"].items() if m in keep_m}
         data["settings"] = [s for s in data["settings"] if s.get("methods") is None or s["methods"]]
+        keep_s = {s["name"] for s in data["settings"]}
         data["paper"] = {mid: {m: {s: v for s, v in cols.items() if s in keep_s}
                                for m, cols in rows.items() if m in keep_m}
                          for mid, rows in data.get("paper", {}).items()}
