@@ -223,3 +223,114 @@ def test_report_over_a_selection_gathers_pieces_and_runs_nothing(capsys: pytest.
     assert sorted(p.name for p in (out / "runs").iterdir()) == records, "report runs nothing"
     code, _, err = _run(capsys, ["report", str(out), "--methods", "TPOO"])
     assert code == 2 and "no method 'TPOO'" in err
+
+
+#: Two cheap settings x two methods, as a preset file (not packaged).
+PIECES = {
+    "name": "pieces", "description": "test-only preset filled piece by piece", "paper_ref": "none", "seeds": 2,
+    "settings": [
+        {"name": "a", "kind": "tabular_single", "params": {"n_arms": 10, "batch_size": 20, "steps": 8}},
+        {"name": "b", "kind": "tabular_single", "params": {"n_arms": 10, "batch_size": 20, "steps": 8}},
+    ],
+    "methods": [{"name": "TPO", "algo": "TPO"}, {"name": "DG", "algo": "DG"}],
+    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"}],
+    "curves": ["error"],
+}
+
+
+def _bench(capsys: pytest.CaptureFixture[str], preset: Path, out: Path, *extra: str) -> None:
+    code, _, err = _run(capsys, ["bench", "--preset", str(preset), "--out", str(out), "--no-progress", *extra])
+    assert code == 0, err
+
+
+def _rows(out: Path) -> set[tuple[str, int]]:
+    return {(r["run_id"], r["step"]) for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+
+
+def test_a_narrower_report_never_drops_stored_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """results.jsonl keeps the rows of runs outside the selection: without runs/ it is the only copy."""
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, PIECES), out)
+    for record in (out / "runs").iterdir():  # a committed report: results.jsonl only
+        record.unlink()
+    before = _rows(out)
+    assert _run(capsys, ["report", str(out), "--seeds", "1", "--methods", "DG"])[0] == 0
+    assert _rows(out) == before
+    assert _run(capsys, ["report", str(out), "--seeds", "2", "--methods", "TPO,DG"])[0] == 0
+    text = (out / "report.md").read_text()
+    assert "not run yet" not in text and "| TPO |" in text and _rows(out) == before
+
+
+def test_a_preset_file_selection_widens_again_and_unset_flags_keep_the_manifests(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    preset = write_preset(tmp_path, PIECES)
+    _bench(capsys, preset, out, "--methods", "TPO", "--settings", "a")
+    _bench(capsys, preset, out, "--methods", "DG", "--settings", "a")
+    assert _run(capsys, ["report", str(out), "--methods", "TPO,DG"])[0] == 0  # wider than the last bench
+    text = (out / "report.md").read_text()
+    assert "| TPO |" in text and "| DG |" in text and "not run yet" not in text
+    assert "| b |" not in text and "b |" not in text.split("## Results")[1].split("\n")[2], "--settings kept: a"
+    assert _run(capsys, ["report", str(out), "--seeds", "1"])[0] == 0  # the rest as the manifest has it
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["preset"]["settings"]] == ["a"]
+    assert [m["name"] for m in manifest["preset"]["methods"]] == ["TPO", "DG"] and manifest["seeds"] == 1
+    assert _run(capsys, ["report", str(out), "--settings", "a,b", "--seeds", "2"])[0] == 0
+    assert "4 not run yet" in (out / "report.md").read_text()  # setting b: 2 methods x 2 seeds
+
+
+def test_a_failed_report_leaves_every_file_as_it_was(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, PIECES), out, "--settings", "a")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    code, _, err = _run(capsys, ["report", str(out), "--settings", "b"])  # never run: nothing to report
+    assert code == 1 and "left as it is" in _one_line_error(err)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert _run(capsys, ["report", str(out)])[0] == 0
+
+
+def test_a_preset_file_with_a_packaged_presets_name_is_reported_as_run(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, dict(PIECES, name="quick")), out, "--settings", "a")
+    assert _run(capsys, ["report", str(out), "--seeds", "1"])[0] == 0
+    assert _run(capsys, ["report", str(out), "--settings", "a,b"])[0] == 0, "a and b: the file's, not quick's"
+
+
+@pytest.mark.parametrize("content", ['{"preset": ', "{}", "[1, 2]", '{"preset": {}, "seeds": 0}'])
+def test_a_damaged_manifest_is_one_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               content: str) -> None:
+    out = tmp_path / "o"
+    preset = write_preset(tmp_path, PIECES)
+    _bench(capsys, preset, out, "--settings", "a", "--methods", "DG")
+    (out / "manifest.json").write_text(content)
+    for argv in (["report", str(out)], ["report", str(out), "--seeds", "1"]):
+        code, _, err = _run(capsys, argv)
+        assert code == 2 and "manifest.json" in _one_line_error(err)
+    code, _, err = _run(capsys, ["bench", "--preset", str(preset), "--out", str(out), "--no-progress"])
+    if content.endswith("}"):  # a JSON object: bench writes its manifest over it (the runs are kept)
+        assert code == 0 and _run(capsys, ["report", str(out)])[0] == 0
+    else:
+        assert code == 2 and "manifest.json is damaged" in _one_line_error(err)
+
+
+def test_a_damaged_run_record_is_named_in_the_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    preset = write_preset(tmp_path, PIECES)
+    _bench(capsys, preset, out, "--settings", "a", "--methods", "DG")
+    record = sorted((out / "runs").iterdir())[0]
+    record.write_text("[1, 2]")
+    (out / "results.jsonl").write_text((out / "results.jsonl").read_text() + "not json\n")
+    assert _run(capsys, ["report", str(out)])[0] == 0
+    assert f"`{record.stem}`" in (out / "report.md").read_text().split("cannot be read")[1]
+    _bench(capsys, preset, out, "--settings", "a", "--methods", "DG")  # the bench redoes it
+    assert json.loads(record.read_text())["status"] == "ok"
+
+
+def test_report_flags_name_the_bad_value(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, PIECES), out, "--settings", "a", "--methods", "DG")
+    code, _, err = _run(capsys, ["report", str(out), "--settings", "nope"])
+    assert code == 2 and "--settings nope: preset 'pieces' has no setting 'nope'" in err and "manifest" not in err
+    code, _, err = _run(capsys, ["report", str(out), "--methods", " , "])
+    assert code == 2 and "--methods" in err and "names nothing" in err

@@ -274,22 +274,32 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
 
-    from tpo_gym.evaluation.report import NoStoredRuns, build_report, select_report
+    from tpo_gym.evaluation.report import BadManifest, NoStoredRuns, build_report, select_report
 
     if args.command == "report":
         target = Path(args.dir)
         if target.exists() and not target.is_dir():
             _fail("report", f"{target} is not a directory")
+        flags = {"settings": args.settings, "methods": args.methods, "setups": args.setups}
+        for flag, text in flags.items():
+            if text is not None and not _names(text):
+                subs["report"].error(f"--{flag}: {text!r} names nothing; give comma-separated names or leave it out")
         try:
-            if args.settings or args.methods or args.setups or args.seeds:
-                select_report(target, _names(args.settings), _names(args.methods), _names(args.setups), args.seeds)
-            written = build_report(target)
+            manifest = None
+            if any(v is not None for v in flags.values()) or args.seeds is not None:
+                try:
+                    manifest = select_report(target, _names(args.settings), _names(args.methods),
+                                             _names(args.setups), args.seeds)
+                except PresetError as exc:
+                    given = ", ".join(f"--{k} {v}" for k, v in flags.items() if v is not None)
+                    subs["report"].error(f"{given}: {exc}" if given else str(exc))
+            written = build_report(target, manifest)
         except NoStoredRuns as exc:
             _fail("report", str(exc), code=1)
         except FileNotFoundError as exc:
             _fail("report", str(exc))
-        except PresetError as exc:
-            _fail("report", f"{target / 'manifest.json'}: {exc}")
+        except BadManifest as exc:
+            _fail("report", str(exc))
         except OSError as exc:
             _fail("report", f"cannot write the report in {target}: {exc.strerror or exc}", code=1)
         print(f"wrote {', '.join(sorted(written))} in {target}")
@@ -326,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         build_report(out)
     except OSError as exc:
         _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)
+    except ValueError as exc:  # a damaged manifest.json in --out
+        _fail("bench", str(exc))
     print(f"{preset.name}: {summary.total} runs ({summary.executed} executed, {summary.skipped} resumed, "
           f"{summary.failed} failed) in {time.perf_counter() - t0:.1f} s -> {out / 'report.md'}")
     return 1 if summary.failed else 0

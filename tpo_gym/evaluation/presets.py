@@ -107,10 +107,17 @@ class RunSpec:
 
 @dataclass
 class Preset:
-    """A validated preset (the parsed JSON in :attr:`data`)."""
+    """A validated preset (the parsed JSON in :attr:`data`); :attr:`whole` is the preset a
+    :meth:`subset` was cut from (``None``: this is the whole preset)."""
 
     data: dict[str, Any]
     source: str
+    whole: dict[str, Any] | None = None
+
+    @property
+    def whole_data(self) -> dict[str, Any]:
+        """The whole preset's data: this one's unless it is a subset."""
+        return self.data if self.whole is None else self.whole
 
     @property
     def name(self) -> str:
@@ -221,7 +228,7 @@ class Preset:
         if not data["settings"] or not data["methods"]:
             raise PresetError(f"preset {self.name!r}: the selection leaves no run")
         validate_preset(data, source=f"{self.source} (subset)")
-        return Preset(data=data, source=self.source)
+        return Preset(data=data, source=self.source, whole=self.whole_data)
 
     def runs(self, n_seeds: int | None = None) -> list[RunSpec]:
         """Expand into independent runs, seeds ``0 .. n_seeds-1`` (default: the preset's count)."""

@@ -37,9 +37,9 @@ from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
-from tpo_gym.evaluation.runner import load_record
+from tpo_gym.evaluation.runner import load_record, record_path
 
-__all__ = ["DIAGNOSTIC_KEYS", "PALETTE", "NoStoredRuns", "Scale", "build_report", "method_colors",
+__all__ = ["DIAGNOSTIC_KEYS", "PALETTE", "BadManifest", "NoStoredRuns", "Scale", "build_report", "method_colors",
            "zero_safe_scale"]
 
 #: Diagnostics the agents log (docs/method.md section 5); reported when present in the rows.
@@ -60,6 +60,10 @@ MAX_DECADES = 8
 
 class NoStoredRuns(FileNotFoundError):
     """A directory with a report but no stored run to rebuild it from."""
+
+
+class BadManifest(ValueError):
+    """``manifest.json`` is unreadable or is not a manifest written by ``tpo-gym bench``."""
 
 
 def method_colors(methods: list[str]) -> dict[str, str]:
@@ -156,31 +160,62 @@ def _presentation(run_preset: Preset) -> tuple[Preset, list[str], str | None]:
     return Preset(data=current.data, source=run_preset.source), [m["name"] for m in full.methods], None
 
 
-def _jsonl_runs(out: Path) -> dict[str, dict[str, Any]]:
-    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"rows", "config_hash"?}}``."""
+def _jsonl_lines(out: Path) -> list[tuple[str | None, str, dict[str, Any] | None]]:
+    """``(run_id, line, row)`` of each non-blank line of ``results.jsonl``; ``run_id`` and ``row`` are
+    ``None`` for a line that is not a JSON object with a ``run_id`` (kept as text, never parsed again)."""
     path = out / "results.jsonl"
-    runs: dict[str, dict[str, Any]] = {}
     if not path.is_file():
-        return runs
+        return []
+    lines: list[tuple[str | None, str, dict[str, Any] | None]] = []
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
-        row = json.loads(line)
-        run = runs.setdefault(row.pop("run_id"), {"rows": [], "config_hash": row.get("config_hash")})
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        ok = isinstance(row, dict) and isinstance(row.get("run_id"), str)
+        lines.append((row["run_id"] if ok else None, line, row if ok else None))
+    return lines
+
+
+def _jsonl_runs(out: Path) -> dict[str, dict[str, Any]]:
+    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"rows", "config_hash"?}}`` (unreadable lines skipped)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id, _, row in _jsonl_lines(out):
+        if row is None:
+            continue
+        row = dict(row)
+        row.pop("run_id")
+        run = runs.setdefault(run_id, {"rows": [], "config_hash": row.get("config_hash")})
         for k in ("method", "setting", "seed", "config_hash"):
             row.pop(k, None)
         run["rows"].append(row)
     return runs
 
 
-def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[str, Any]], int]:
-    """``({run_id: record}, number of runs taken from results.jsonl)`` of every stored run of ``preset``."""
+def _unreadable(path: Path) -> bool:
+    """Whether the run record at ``path`` exists but is not a JSON object (a damaged file)."""
+    if not path.is_file():
+        return False
+    try:
+        return not isinstance(read_json(path), dict)
+    except (OSError, ValueError):
+        return True
+
+
+def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[str, Any]], int, list[str]]:
+    """``({run_id: record}, number of runs taken from results.jsonl, run records that cannot be read)``
+    of every stored run of ``preset``."""
     records: dict[str, dict[str, Any]] = {}
     lacking = []
+    damaged = []
     for spec in preset.runs(n_seeds):
         rec = load_record(out, spec)
         if rec is None:
             lacking.append(spec)
+            if _unreadable(record_path(out, spec)):
+                damaged.append(spec.run_id)
         else:
             records[spec.run_id] = rec
     from_jsonl = 0
@@ -192,7 +227,7 @@ def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[
                 continue
             records[spec.run_id] = {"status": "ok", "rows": run["rows"], "wall_s": None}
             from_jsonl += 1
-    return records, from_jsonl
+    return records, from_jsonl, damaged
 
 
 def _collect(preset: Preset, records: dict[str, dict[str, Any]], n_seeds: int) -> dict[tuple[str, str], Cell]:
@@ -1005,66 +1040,114 @@ def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
     manifest_path = out / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
-    manifest = read_json(manifest_path)
-    validate_preset(manifest["preset"], source=str(manifest_path))
+    try:
+        manifest = read_json(manifest_path)
+    except ValueError as exc:
+        raise BadManifest(f"{manifest_path} is not valid JSON ({exc}); move it away and rerun `tpo-gym bench` "
+                          "with the same --out to write a new one (the stored runs are kept)") from None
+    seeds = manifest.get("seeds") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("preset"), dict) \
+            or isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise BadManifest(f"{manifest_path} is not a manifest written by tpo-gym bench: it needs a JSON object "
+                          "with a 'preset' object and 'seeds' (an integer >= 1)")
+    try:
+        validate_preset(manifest["preset"], source=str(manifest_path))
+        if isinstance(manifest.get("whole_preset"), dict):
+            validate_preset(manifest["whole_preset"], source=f"{manifest_path} (whole_preset)")
+    except PresetError as exc:
+        raise BadManifest(str(exc)) from None
     return manifest_path, manifest
 
 
-def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
-                  setups: list[str] | None = None, seeds: int | None = None) -> None:
-    """Point ``out``'s report at another selection of its preset's runs, running nothing.
+def _packaged(name: str, source: str) -> bool:
+    """Whether a preset named ``name`` loaded from ``source`` is the packaged preset of that name (a preset
+    file may carry a packaged preset's name)."""
+    path = Path(source)
+    return name in available_presets() and path.name == f"{name}.json" and path.parent.name == "presets"
 
-    The next :func:`build_report` covers these settings, methods, setups and seeds ``0 .. seeds-1``
-    (each ``None``: as the manifest has it; settings, methods and setups are chosen from the packaged
-    preset of the manifest's name when there is one, else from the preset as run). Runs of the
-    selection that are not stored show as not run yet. Several ``tpo-gym bench`` invocations that
-    filled one directory piece by piece (a method at a time, say) are reported together this way.
+
+def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
+                  setups: list[str] | None = None, seeds: int | None = None) -> dict[str, Any]:
+    """The manifest of ``out`` pointed at another selection of its preset's runs; nothing runs, nothing is
+    written (pass the result to :func:`build_report`, which writes it once the report is built).
+
+    The report then covers these settings, methods, setups and seeds ``0 .. seeds-1``; each ``None``:
+    as the manifest has it now. Names are chosen from the whole preset the runs came from (the packaged
+    preset of that name, or the preset file as a bench run read it), so a selection can widen again.
+    Runs of the selection that are not stored show as not run yet. Several ``tpo-gym bench``
+    invocations that filled one directory piece by piece (a method at a time, say) are reported
+    together this way.
 
     :raises FileNotFoundError: ``out`` has no ``manifest.json``.
-    :raises PresetError: a name outside the preset (with close matches), or seeds < 1.
+    :raises BadManifest: the manifest cannot be read.
+    :raises PresetError: a name outside the preset (with close matches), an empty list, or seeds < 1.
     """
     manifest_path, manifest = _read_manifest(Path(out))
-    name = manifest["preset"]["name"]
-    full = load_preset(name) if name in available_presets() else \
-        Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
-    if settings is not None or methods is not None or setups is not None:
-        full = full.subset(settings, methods, setups)
+    source = manifest.get("preset_source", str(manifest_path))
+    current = Preset(data=manifest["preset"], source=source)
+    if _packaged(current.name, source):
+        whole = load_preset(current.name)
+    elif isinstance(manifest.get("whole_preset"), dict):
+        whole = Preset(data=manifest["whole_preset"], source=source)
+    else:  # a manifest of an older tpo-gym: only the preset as run
+        whole = current
+    for flag, names in (("settings", settings), ("methods", methods), ("setups", setups)):
+        if names is not None and not names:
+            raise PresetError(f"--{flag}: an empty list selects nothing; leave it out to keep the manifest's")
+    if settings is None:
+        settings = list(dict.fromkeys(x.get("base", x["name"]) for x in current.settings))
+    if methods is None:
+        methods = [m["name"] for m in current.methods]
+    if setups is None and whole.setups:
+        setups = current.setups or None
+    chosen = whole.subset(settings, methods, setups)
     if seeds is not None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise PresetError(f"seeds must be an integer >= 1, got {seeds!r}")
         manifest["seeds"] = seeds
-    manifest.update(preset=full.data, preset_source=full.source)
-    atomic_write_json(manifest_path, manifest)
+    return dict(manifest, preset=chosen.data, whole_preset=chosen.whole_data, preset_source=chosen.source)
 
 
-def build_report(out: str | Path) -> dict[str, Path]:
+def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Path]:
     """Rebuild every report file of ``out`` from its manifest and stored runs.
+
+    ``manifest``: another selection of the runs (from :func:`select_report`), written to
+    ``manifest.json`` only once the report is built. ``results.jsonl`` holds the rows of the report's
+    runs and keeps those of every other run it held (for a directory without ``runs/*.json``, such as a
+    committed report, it is the only copy).
 
     :return: ``{name: path}`` of the files written.
     :raises FileNotFoundError: ``out`` has no ``manifest.json`` (nothing was benchmarked there).
-    :raises NoStoredRuns: ``out`` has a report but none of its runs is stored (nothing to rebuild it from;
-        the report is left as it is).
+    :raises BadManifest: the manifest cannot be read.
+    :raises NoStoredRuns: ``out`` has a report but none of its selected runs is stored (nothing to rebuild
+        it from; every file is left as it is).
     """
     out = Path(out)
-    manifest_path, manifest = _read_manifest(out)
+    manifest_path, stored_manifest = _read_manifest(out)
+    selected = manifest is not None
+    manifest = stored_manifest if manifest is None else manifest
     run_preset = Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
     preset, full_methods, drift = _presentation(run_preset)
     n_seeds = int(manifest["seeds"])
-    records, from_jsonl = _load_runs(preset, out, n_seeds)
+    records, from_jsonl, damaged = _load_runs(preset, out, n_seeds)
     if not records and (out / "report.md").is_file():
-        raise NoStoredRuns(f"{out} holds no stored run (runs/*.json or results.jsonl) of its preset: nothing to "
+        what = "the selected runs" if selected else "its preset"
+        raise NoStoredRuns(f"{out} holds no stored run (runs/*.json or results.jsonl) of {what}: nothing to "
                            "rebuild the report from; it is left as it is")
     cells = _collect(preset, records, n_seeds)
     written: dict[str, Path] = {}
 
     lines = []
+    reported = set()
     for spec in preset.runs(n_seeds):
         rec = records.get(spec.run_id)
         if rec is None or rec.get("status") != "ok":
             continue
+        reported.add(spec.run_id)
         for row in rec["rows"]:
             lines.append(json.dumps({"run_id": spec.run_id, "method": spec.method, "setting": spec.setting,
                                      "seed": spec.seed, "config_hash": spec.config_hash, **row}))
+    lines += [line for run_id, line, _ in _jsonl_lines(out) if run_id not in reported]  # other runs' rows stay
     written["results.jsonl"] = atomic_write_text(out / "results.jsonl", "\n".join(lines) + ("\n" if lines else ""))
 
     figures = _figures(preset, cells, out, n_seeds)
@@ -1121,12 +1204,20 @@ def build_report(out: str | Path) -> dict[str, Path]:
                    f"*{fig.caption}*\n"]
     failures = [rec for cell in cells.values() for rec in cell.failed]
     missing = sum(n_seeds - len(c.rows) - len(c.failed) for c in cells.values())
-    if failures or missing:
+    if failures or missing or damaged:
         md.append("## Failed and missing runs\n")
-        md.append(f"{len(failures)} failed, {missing} not run yet (rerun the command to resume).\n")
+        md.append(f"{len(failures)} failed, {missing} not run yet (`tpo-gym bench` with this preset, selection, "
+                  "seeds and --out runs them; finished runs are kept).\n")
         for rec in failures:
             tb = (rec.get("traceback") or "").strip().splitlines()
             md.append(f"- `{rec.get('run_id')}`: `{tb[-1] if tb else 'unknown error'}`")
+        if damaged:
+            md.append(f"- {len(damaged)} run record(s) under runs/ cannot be read (not a JSON object; shown from "
+                      "results.jsonl where it has them, else as not run yet; a bench rerun redoes them): "
+                      + ", ".join(f"`{r}`" for r in damaged))
         md.append("")
     written["report.md"] = atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+    if selected:
+        atomic_write_json(manifest_path, manifest)
+        written["manifest.json"] = manifest_path
     return written

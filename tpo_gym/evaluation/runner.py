@@ -6,8 +6,9 @@ Layout of an output directory ``OUT``:
   rows, or ``"failed"`` with the traceback), written atomically by the parent process as soon as the
   run returns. A rerun skips every run whose record is ``"ok"`` and whose configuration hash matches;
   failed and missing runs are (re)executed.
-* ``OUT/manifest.json`` -- the preset as run, the seed count, the command and the wall time of each
-  invocation; :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone.
+* ``OUT/manifest.json`` -- the preset as run (and the whole preset it was selected from), the seed
+  count, the command and the wall time of each invocation;
+  :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone.
 """
 
 from __future__ import annotations
@@ -65,7 +66,25 @@ def load_record(out: Path, spec: RunSpec) -> dict[str, Any] | None:
         rec = read_json(path)
     except (OSError, ValueError):
         return None
-    return rec if rec.get("config_hash") == spec.config_hash else None
+    return rec if isinstance(rec, dict) and rec.get("config_hash") == spec.config_hash else None
+
+
+def _previous_manifest(path: Path) -> dict[str, Any]:
+    """The manifest an earlier bench wrote at ``path`` (a new one if there is none).
+
+    :raises ValueError: it exists but is not a JSON object with a list of invocations.
+    """
+    if not path.is_file():
+        return {"invocations": []}
+    try:
+        manifest = read_json(path)
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("invocations", []), list):
+        raise ValueError(f"{path} is damaged (not a manifest written by tpo-gym bench); move it away to start a "
+                         "new one: the stored runs under runs/ are kept and reused")
+    manifest.setdefault("invocations", [])
+    return manifest
 
 
 def require_ray() -> Any:
@@ -201,8 +220,8 @@ def bench(
     out = Path(out)
     make_dirs(out / "runs")
     manifest_path = out / "manifest.json"
-    manifest = read_json(manifest_path) if manifest_path.is_file() else {"invocations": []}
-    manifest.update(preset=preset.data, preset_source=preset.source, seeds=n_seeds,
+    manifest = _previous_manifest(manifest_path)
+    manifest.update(preset=preset.data, whole_preset=preset.whole_data, preset_source=preset.source, seeds=n_seeds,
                     command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device,
                     seed_batch=seed_batch)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
