@@ -84,3 +84,38 @@ def test_bad_seed_batch_values(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         cli.main(["bench", "--preset", "quick", "--seed-batch", "0", "--out", str(tmp_path / "o")])
     assert "--seed-batch" in capsys.readouterr().err
+
+
+def test_a_failing_seed_of_a_batch_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch raises (one seed diverged): each seed runs again alone; only the bad one fails, with its own
+    traceback, and the others' records are those of seeds run alone."""
+    from tpo_gym.evaluation import experiments as X
+
+    def batch(specs: list[dict]) -> list[list[dict]]:
+        raise FloatingPointError("loss is NaN in seed 1 of the batch")
+
+    def alone(spec: dict) -> list[dict]:
+        if spec["seed"] == 1:
+            raise FloatingPointError("loss is NaN (seed 1)")
+        return [{"step": 0, "error": 0.5 + spec["seed"]}]
+
+    monkeypatch.setitem(X._SEED_BATCH_FUNCS, "token", batch)
+    monkeypatch.setitem(X._KIND_FUNCS, "token", alone)
+    specs = [{"kind": "token", "preset": "p", "setting": "s", "method": "m", "seed": s} for s in range(3)]
+    records = X.execute_runs(specs)
+    assert [r["status"] for r in records] == ["ok", "failed", "ok"]
+    assert [r["rows"] for r in records] == [[{"step": 0, "error": 0.5}], [], [{"step": 0, "error": 2.5}]]
+    assert "seed 1)" in records[1]["traceback"] and "seed_batch" not in records[0]
+    assert all(r["seed_batch_error"] == "FloatingPointError: loss is NaN in seed 1 of the batch" for r in records)
+
+
+def test_a_dying_worker_costs_only_its_own_run() -> None:
+    """A worker process killed mid-run (the out-of-memory killer, say) breaks the pool; only its run fails."""
+    from tests.evaluation import _dying_worker
+    from tpo_gym.evaluation.runner import _run_local
+
+    tasks = [[{"seed": s}] for s in range(6)]
+    records = {r["spec"]["seed"]: r for r in _run_local(tasks, 2, run=_dying_worker.run)}
+    assert sorted(records) == list(range(6))
+    assert records[0]["status"] == "failed" and "worker process died" in records[0]["traceback"]
+    assert all(records[s]["status"] == "ok" for s in range(1, 6))

@@ -311,11 +311,20 @@ def seed_batch_key(spec: dict[str, Any]) -> str | None:
 
 def execute_runs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Execute specs that differ only in their seed together (one :class:`~tpo_gym.agents.SeedBatch`);
-    one record per spec, as :func:`execute_run`'s, plus ``seed_batch`` (S). A batch that raises fails
-    every one of its seeds (each record holds the traceback); a single spec is :func:`execute_run`."""
+    one record per spec, as :func:`execute_run`'s, plus ``seed_batch`` (S); a single spec is
+    :func:`execute_run`. Crash-isolated per seed: when the batch raises, each of its seeds runs again
+    alone, so a seed that fails (diverges, say) fails alone with its own traceback and the others finish;
+    those records carry ``seed_batch_error``, the last line of the batch's traceback."""
     if len(specs) == 1:
         return [execute_run(specs[0])]
     keys = {seed_batch_key(s) for s in specs}
     if None in keys or len(keys) != 1:
         raise ValueError("execute_runs batches specs of one seed-batchable kind that differ only in their seed")
-    return _execute(specs, lambda: _SEED_BATCH_FUNCS[specs[0]["kind"]](specs))
+    records = _execute(specs, lambda: _SEED_BATCH_FUNCS[specs[0]["kind"]](specs))
+    if all(r["status"] == "ok" for r in records):
+        return records
+    lines = (records[0].get("traceback") or "").strip().splitlines()
+    alone = [execute_run(spec) for spec in specs]
+    for record in alone:
+        record["seed_batch_error"] = lines[-1] if lines else "unknown error"
+    return alone

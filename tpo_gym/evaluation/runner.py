@@ -18,8 +18,9 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -107,16 +108,48 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _run_local(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
+def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
+               run: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = execute_runs) -> Iterator[dict[str, Any]]:
+    """Records of ``tasks`` (each a list of specs, run by ``run`` in a worker process), as they finish.
+
+    Crash-isolated: a task that raises only fails itself (``run`` catches what a run raises), and a
+    worker process that dies (killed by the kernel when out of memory, say) costs only the task it ran.
+    A dead worker breaks the whole pool and every unfinished task with it, so the pool is started again:
+    the tasks that may have been running (the first ``workers + 1`` unfinished ones, as tasks start in
+    order) go first through a pool of one worker, where the task that kills it again is the one it ran,
+    and is recorded as failed; the others go back to a full pool.
+    """
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = {pool.submit(execute_runs, t): t for t in tasks}
-        for fut in as_completed(futures):
-            try:
-                yield from fut.result()
-            except Exception:  # noqa: BLE001 - the worker process itself died
-                message = "worker process failed:\n" + traceback.format_exc()
-                yield from (_failed(s, message) for s in futures[fut])
+    pending = list(tasks)
+    suspects = 0  # > 0: the first `suspects` pending tasks run one at a time, to find the one that kills
+    while pending:
+        batch = pending[:suspects] if suspects else pending
+        unfinished: list[int] = []
+        broken = False
+        with ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx,
+                                 initializer=_init_worker) as pool:
+            futures = {pool.submit(run, t): i for i, t in enumerate(batch)}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    records = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    unfinished.append(i)
+                    continue
+                except Exception:  # noqa: BLE001 - the task could not even be sent or returned
+                    message = "worker process failed:\n" + traceback.format_exc()
+                    records = [_failed(s, message) for s in batch[i]]
+                yield from records
+        unfinished.sort()
+        if broken and suspects:  # one worker: the first unfinished task is the one whose process died
+            dead = batch[unfinished.pop(0)]
+            message = ("worker process died while running this run (killed, perhaps for lack of memory; "
+                       "the other runs were kept and rerun)")
+            yield from (_failed(s, message) for s in dead)
+        rest = pending[len(batch):]
+        pending = [batch[i] for i in unfinished] + rest
+        suspects = 0 if suspects else (min(workers + 1, len(unfinished)) if broken else 0)
 
 
 def _run_ray(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
@@ -202,8 +235,9 @@ def bench(
         ``"cuda"``, ``"cuda:N"`` or ``"auto"``). Not part of a run's identity: a run finished on one
         device is not rerun on another.
     :param seed_batch: train up to this many seeds of one method x setting together in one process
-        (:class:`~tpo_gym.agents.SeedBatch`; token and MNIST runs). Still one record per seed; a batch that
-        fails records each of its seeds as failed. Not part of a run's identity either.
+        (:class:`~tpo_gym.agents.SeedBatch`; token and MNIST runs). Still one record per seed; a batch
+        that fails runs each of its seeds again alone (one bad seed fails only itself). Not part of a
+        run's identity either.
     """
     device = check_device(device)
     if backend not in BACKENDS:

@@ -1,0 +1,15 @@
+"""A task function for the crash-isolation test of the local pool: the worker running seed 0 dies at once,
+as one killed by the kernel would (importable by the spawned worker processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def run(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if specs[0]["seed"] == 0:
+        os._exit(137)
+    time.sleep(0.05)
+    return [{"spec": s, "status": "ok", "rows": [], "traceback": None, "wall_s": 0.0} for s in specs]
