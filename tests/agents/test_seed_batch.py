@@ -137,6 +137,46 @@ def test_save_and_load_a_seed_batched_run(tmp_path: Path) -> None:
     assert p0.grad is None
 
 
+def test_a_save_in_the_middle_of_a_seed_batched_run_is_that_seeds_own(tmp_path: Path) -> None:
+    """A callback's ``model.save`` during ``SeedBatch.learn`` writes that seed's weights only (not the
+    stacked S-seed tensors they are views of) and the optimiser state so far (held by the stacked optimiser),
+    equal to the seed's trained alone up to the stacked path's float rounding."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class SaveAt(BaseCallback):
+        def __init__(self, path: Path) -> None:
+            super().__init__()
+            self.path = path
+
+        def _on_step(self) -> bool:
+            if self.model.num_timesteps == 2 * self.model.steps_per_iteration:  # after 1 update, before the 2nd
+                self.model.save(self.path)
+            return True
+
+    cls, policy, env, kwargs = FAMILIES["TPO_token"]
+    steps = _steps(cls, policy, env, kwargs)
+    agents = [cls(policy, env, seed=s, **kwargs) for s in range(3)]
+    SeedBatch(agents, forward="stacked", optimizer="stacked").learn(
+        3 * steps, callback=[SaveAt(tmp_path / f"seed{s}.zip") for s in range(3)])
+    alone = _alone(cls, policy, env, kwargs, 1, 1)
+    from tpo_gym.agents import persistence
+
+    _, weights = persistence.read_agent_file(tmp_path / "seed1.zip", device="cpu")
+    for name, t in weights["policy"].items():  # each tensor stored alone, not the [S, ...] storage of its view
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), name
+    mid = TPO.load(tmp_path / "seed1.zip", env=gym.make(TOKEN))
+    for (name, p), q in zip(alone.policy.named_parameters(), mid.policy.parameters(), strict=True):
+        assert q.shape == p.shape, name
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+    a_state = alone.policy.optimizer.state_dict()["optimizers"]
+    m_state = mid.policy.optimizer.state_dict()["optimizers"]
+    for x, y in zip(a_state, m_state, strict=True):
+        assert x["state"] and sorted(x["state"]) == sorted(y["state"])
+        for key in x["state"]:
+            for name, v in x["state"][key].items():
+                torch.testing.assert_close(y["state"][key][name], v, rtol=1e-4, atol=1e-5)
+
+
 def test_bad_seed_counts_get_a_clear_error() -> None:
     cls, policy, env, kwargs = FAMILIES["PPO"]
     for bad in (0, -3, True, [], [1, 1], "3"):
@@ -169,6 +209,26 @@ def test_a_batch_refuses_mismatched_agents_and_modes() -> None:
         SeedBatch([sgd], optimizer="stacked")
     with pytest.raises(ValueError, match="callback: one per seed"):
         SeedBatch([a]).learn(16, callback=[None, None])
+
+
+def test_a_stacked_optimiser_refuses_seeds_with_other_optimiser_settings() -> None:
+    """optimizer="stacked" steps every seed with seed 0's settings: seeds with another learning rate (or
+    schedule, or Adam betas) are refused by name; "auto" falls back to the per-seed loop, which follows them."""
+    a = TPO("TransformerPolicy", TOKEN, seed=0, batch_size=12, group_size=4, **SMALL)
+    b = TPO("TransformerPolicy", TOKEN, seed=1, batch_size=12, group_size=4, learning_rate=0.05, **SMALL)
+    with pytest.raises(ValueError, match=r"seed 1 differs from seed 0 in .*'lr': 0.05 vs 0.001; use optimizer='loop'"):
+        SeedBatch([a, b], optimizer="stacked")
+    assert SeedBatch([a, b]).optimizer == "loop"
+    c = TPO("TransformerPolicy", TOKEN, seed=1, batch_size=12, group_size=4, learning_rate=lambda p: 1e-3 * p, **SMALL)
+    with pytest.raises(ValueError, match="learning-rate schedule at progress 0.5"):
+        SeedBatch([a, c], optimizer="stacked")
+    same = TPO("TransformerPolicy", TOKEN, seed=1, batch_size=12, group_size=4, **SMALL)
+    assert SeedBatch([a, same], optimizer="stacked").optimizer == "stacked"
+    batch = SeedBatch([a, b], optimizer="loop")
+    batch.learn(2 * a.steps_per_iteration)
+    alone = _alone(TPO, "TransformerPolicy", TOKEN, {"batch_size": 12, "group_size": 4, "learning_rate": 0.05,
+                                                      **SMALL}, seed=1, iterations=2)
+    assert _max_diff(b.history, alone.history) == 0.0
 
 
 def test_device_placement_on_cpu() -> None:

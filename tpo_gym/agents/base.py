@@ -27,6 +27,7 @@ import pathlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -191,6 +192,9 @@ class GroupAlgorithm(BaseAlgorithm):
     #: Base arguments a subclass does not take (its method fixes them), with their fixed value.
     fixed_params: ClassVar[dict[str, Any]] = {}
     policy: CategoricalPolicy
+    #: Set by :class:`~tpo_gym.agents.SeedBatch` while it trains this agent with a stacked optimiser: writes
+    #: the batch's optimiser state back into this agent's optimiser (so a ``save`` mid-training has it).
+    _seed_batch_sync: Callable[[], None] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give each agent class its full signature and the ``:param:`` lines of inherited arguments."""
@@ -903,7 +907,11 @@ class GroupAlgorithm(BaseAlgorithm):
         if self._text:
             self._save_language_model(path, meta)
             return
-        weights = {"policy": self.policy.state_dict(), "optimizer": self.policy.optimizer.state_dict()}
+        if self._seed_batch_sync is not None:  # saved mid-SeedBatch.learn: the stacked optimiser holds the state
+            self._seed_batch_sync()
+        # clones: in a SeedBatch the parameters are views of the stacked [S, ...] tensors (a view saves all S)
+        policy_state = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        weights = {"policy": policy_state, "optimizer": self.policy.optimizer.state_dict()}
         persistence.write_agent_file(path, meta, weights)
 
     def _save_language_model(self, path: Any, meta: dict[str, Any]) -> None:

@@ -141,6 +141,35 @@ def stackable_optimizer(optimizer: torch.optim.Optimizer) -> bool:
                for o in _inner_optimizers(optimizer))
 
 
+def optimizer_difference(agents: Sequence[Any]) -> str | None:
+    """How the agents' optimiser settings differ (``None``: they are one set), which ``optimizer="stacked"``
+    cannot follow: it steps every seed with the first seed's settings (param-group entries other than the
+    parameters, and the learning-rate schedule at the start, middle and end of training)."""
+    def settings(agent: Any) -> list[tuple[str, Any]]:
+        out = [(f"{type(o).__name__} group {g} {key!r}", value)
+               for o in _inner_optimizers(agent.policy.optimizer)
+               for g, group in enumerate(o.param_groups) for key, value in group.items() if key != "params"]
+        schedule = getattr(agent, "lr_schedule", None)
+        if callable(schedule):
+            out += [(f"learning-rate schedule at progress {x}", float(schedule(x))) for x in (1.0, 0.5, 0.0)]
+        return out
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+        return bool(a == b)
+
+    first = settings(agents[0])
+    for s, agent in enumerate(agents[1:], start=1):
+        mine = settings(agent)
+        if len(mine) != len(first):
+            return f"seed {s} has other optimiser parameter groups than seed 0"
+        for (name, v0), (_, v) in zip(first, mine, strict=True):
+            if not same(v0, v):
+                return f"seed {s} differs from seed 0 in {name}: {v!r} vs {v0!r}"
+    return None
+
+
 class _StackedOptimizer:
     """One optimiser per inner optimiser of the seeds' (same-class) optimisers, on the stacked tensors."""
 
@@ -306,8 +335,13 @@ class SeedBatch:
         if optimizer == "stacked" and not stackable:
             raise ValueError(f"optimizer='stacked' does not support {first.policy.optimizer!r} (supported: "
                              f"Adam, AdamW, SGD, torch.optim.Muon, MuonAdamW, ReferenceMuon); use optimizer='loop'")
+        differ = optimizer_difference(self.agents) if optimizer != "loop" else None
+        if optimizer == "stacked" and differ:
+            raise ValueError(f"optimizer='stacked' steps every seed with one set of optimiser settings, but {differ}; "
+                             f"use optimizer='loop' (each seed its own optimiser)")
         self.forward = forward if forward != "auto" else ("stacked" if cuda and can_stack else "loop")
-        self.optimizer = optimizer if optimizer != "auto" else ("stacked" if cuda and stackable else "loop")
+        self.optimizer = optimizer if optimizer != "auto" else ("stacked" if cuda and stackable and not differ
+                                                                else "loop")
         rollout = check_choice("rollout", rollout, MODES)
         why_not = self._why_not_stacked_rollout()
         if rollout == "stacked" and why_not:
@@ -360,6 +394,8 @@ class SeedBatch:
             p0 = per_seed[0]
             stacked = {id(p0[n]): self._params[n] for n in names}
             self._opt = _StackedOptimizer([a.policy.optimizer for a in self.agents], stacked)
+            for a in self.agents:
+                a._seed_batch_sync = self._opt.write_states
         self._bound = True
 
     def _unbind(self) -> None:
@@ -368,6 +404,7 @@ class SeedBatch:
         if self._opt is not None:
             self._opt.write_states()
         for a in self.agents:
+            a._seed_batch_sync = None
             for p in a.policy.parameters():
                 p.data = p.data.clone()
                 p.grad = None
