@@ -119,3 +119,26 @@ def test_a_dying_worker_costs_only_its_own_run() -> None:
     assert sorted(records) == list(range(6))
     assert records[0]["status"] == "failed" and "worker process died" in records[0]["traceback"]
     assert all(records[s]["status"] == "ok" for s in range(1, 6))
+
+
+def test_an_interrupted_bench_stops_its_workers(tmp_path: Path) -> None:
+    """When the bench stops reading (Ctrl-C, or SIGTERM in the CLI) the workers stop too, at once."""
+    import os
+    import time
+
+    from tests.evaluation import _dying_worker
+    from tpo_gym.evaluation.runner import _run_local
+
+    pid_file = tmp_path / "pid"
+    stream = _run_local([[{"seed": 0}], [{"seed": 1, "pid_file": str(pid_file)}]], 2, run=_dying_worker.slow)
+    assert next(stream)["spec"]["seed"] == 0
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the slow run never started"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    start = time.monotonic()
+    stream.close()
+    assert time.monotonic() - start < 15
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -18,11 +18,13 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
 
@@ -145,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="report seeds 0..N-1 (runs not stored show as not run yet); nothing is run")
     parser._tpo_sub = {"presets": presets, "bench": bench, "report": report}  # type: ignore[attr-defined]
     return parser
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM handler of ``bench``: raise as Ctrl-C does, so the worker processes are stopped too."""
+    raise KeyboardInterrupt
 
 
 def _fail(command: str, message: str, code: int = 2) -> None:
@@ -329,15 +336,20 @@ def main(argv: list[str] | None = None) -> int:
     argv_list = sys.argv[1:] if argv is None else argv
     command = "tpo-gym " + " ".join(shlex.quote(a) for a in argv_list)
     t0 = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`: stop the workers too, as Ctrl-C does
     try:
         summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
                         command=command, progress=not args.no_progress, device=args.device,
                         seed_batch=args.seed_batch)
         build_report(out)
+    except KeyboardInterrupt:
+        _fail("bench", f"interrupted; the finished runs are stored in {out}: the same command resumes", code=130)
     except OSError as exc:
         _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)
     except ValueError as exc:  # a damaged manifest.json in --out
         _fail("bench", str(exc))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"{preset.name}: {summary.total} runs ({summary.executed} executed, {summary.skipped} resumed, "
           f"{summary.failed} failed) in {time.perf_counter() - t0:.1f} s -> {out / 'report.md'}")
     return 1 if summary.failed else 0

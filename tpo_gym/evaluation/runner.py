@@ -126,8 +126,8 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         batch = pending[:suspects] if suspects else pending
         unfinished: list[int] = []
         broken = False
-        with ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx,
-                                 initializer=_init_worker) as pool:
+        pool = ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx, initializer=_init_worker)
+        try:
             futures = {pool.submit(run, t): i for i, t in enumerate(batch)}
             for fut in as_completed(futures):
                 i = futures[fut]
@@ -141,6 +141,10 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
                     message = "worker process failed:\n" + traceback.format_exc()
                     records = [_failed(s, message) for s in batch[i]]
                 yield from records
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM in the CLI, the caller stopped reading)
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
         unfinished.sort()
         if broken and suspects:  # one worker: the first unfinished task is the one whose process died
             dead = batch[unfinished.pop(0)]
@@ -150,6 +154,18 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         rest = pending[len(batch):]
         pending = [batch[i] for i in unfinished] + rest
         suspects = 0 if suspects else (min(workers + 1, len(unfinished)) if broken else 0)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool at once: cancel what has not started and end the worker processes (left alone, a
+    worker would finish its run, minutes maybe, after its parent is gone)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # CPython's pool keeps them there
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=10)
 
 
 def _run_ray(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
