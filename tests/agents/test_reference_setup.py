@@ -146,7 +146,8 @@ def test_reference_optimiser_split_follows_flax_layouts() -> None:
     names = {id(p): n for n, p in policy.named_parameters()}
     muon_names = {names[id(p)]: lay for p, lay in zip(muon["params"], muon["layouts"], strict=True)}
     adam_names = {names[id(p)] for p in adam["params"]}
-    assert muon_names["tok_emb.weight"] == "embedding" and muon_names["pos_emb.weight"] == "embedding"
+    assert muon_names["tok_emb.weight"] == f"embedding:{policy.vocab_size}"
+    assert muon_names["pos_emb.weight"] == "embedding"
     assert muon_names["head.weight"] == "dense" and muon_names["blocks.0.ff1.weight"] == "dense"
     assert muon_names["blocks.1.q.bias"] == "heads:2" and muon_names["blocks.1.v.bias"] == "heads:2"
     for name in ("blocks.0.q.weight", "blocks.0.k.weight", "blocks.0.proj.weight", "blocks.0.proj.bias",
@@ -241,3 +242,47 @@ def test_dg_expected_baseline_and_single_candidate_group_pg() -> None:
     assert torch.count_nonzero(u) == torch.count_nonzero(adv)  # only the sampled class carries a weight
     with pytest.raises(ValueError, match="baseline"):
         DG("MlpPolicy", env, baseline="standardized")
+
+
+@pytest.mark.parametrize("vocab", [2, 16])
+def test_token_embedding_muon_step_is_the_reference_v_row_tables(vocab: int) -> None:
+    """setup="reference": one step on the token table [V + 1, d] (its last row the never-read placeholder)
+    equals the reference's step on its V-row table, by hand: -lr sqrt(max(1, d / V)) NS5(mu_hat / |mu_hat|)."""
+    env = gym.make("tpo_gym/TokenTask-v0", target="reverse_copy", reward="bag", vocab_size=vocab, length=3)
+    policy = TPO("TransformerPolicy", env, batch_size=4, group_size=2, seed=0, learning_rate=1e-3,
+                 policy_kwargs={"setup": "reference"}).policy
+    emb = policy.tok_emb.weight
+    assert emb.shape == (vocab + 1, policy.d_model)
+    before = emb.detach().clone().double()
+    g = torch.randn(vocab, policy.d_model, generator=torch.Generator().manual_seed(vocab), dtype=torch.float64)
+    for p in policy.parameters():
+        p.grad = None
+    emb.grad = torch.cat([g, torch.zeros(1, policy.d_model, dtype=torch.float64)]).to(emb.dtype)
+    policy.optimizer.step()
+    # by hand, step t = 1: mu = (1 - b) g; Nesterov mu_hat = b mu / (1 - b^2) + (1 - b) g / (1 - b)
+    mu_hat = BETA * (1 - BETA) * g / (1 - BETA**2) + g
+    u, s, vh = torch.linalg.svd(mu_hat, full_matrices=False)
+    s = s / torch.linalg.matrix_norm(mu_hat)
+    ortho = u @ torch.diag(torch.tensor([f5(float(v)) for v in s], dtype=torch.float64)) @ vh
+    scale = math.sqrt(max(1.0, policy.d_model / vocab))  # the reference's [V, d] table: 5.66 at V = 2, d = 64
+    want = before[:vocab] - 1e-3 * scale * ortho
+    torch.testing.assert_close(emb.detach().double()[:vocab], want, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(emb.detach().double()[vocab], before[vocab])  # the placeholder row: no step
+    # a (V + 1)-row table's scale would differ (at V = 2: 4.62 instead of 5.66)
+    wrong = before[:vocab] - 1e-3 * math.sqrt(max(1.0, policy.d_model / (vocab + 1))) * ortho
+    assert not torch.allclose(emb.detach().double()[:vocab], wrong, rtol=1e-4, atol=1e-6)
+
+
+def test_embedding_rows_layout_is_checked() -> None:
+    w = torch.nn.Parameter(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="embedding:5"):
+        ReferenceMuon([{"params": [w], "muon": True, "layouts": ["embedding:5"]}])
+    ReferenceMuon([{"params": [w], "muon": True, "layouts": ["embedding:2"]}])
+
+
+def test_tuned_setup_keeps_the_whole_token_table_in_reference_muon() -> None:
+    policy = _agent(optimizer_class=ReferenceMuon).policy
+    muon = policy.optimizer.param_groups[0]
+    names = {id(p): n for n, p in policy.named_parameters()}
+    layouts = {names[id(p)]: lay for p, lay in zip(muon["params"], muon["layouts"], strict=True)}
+    assert layouts["tok_emb.weight"] == "embedding"

@@ -641,12 +641,16 @@ class TransformerPolicy(CategoricalPolicy):
     def reference_param_groups(self) -> list[dict[str, Any]]:
         """The reference optimiser's split: which parameters are 2-D in Flax's layout (Muon) and how.
 
-        Muon: the token and position embeddings, the FFN and head kernels (``"dense"``), and the
+        Muon: the token and position embeddings (the token table as the reference's ``V``-row table,
+        ``"embedding:V"``, under ``setup="reference"``), the FFN and head kernels (``"dense"``), and the
         q / k / v biases, ``[heads, d/heads]`` in Flax (``"heads:H"``); with the fused projection of
         ``setup="tuned"`` the ``qkv`` weight counts as one dense kernel. Nesterov Adam: the q / k / v /
         output kernels (3-D in Flax), the other biases and the LayerNorms.
         """
-        muon: list[tuple[torch.Tensor, str]] = [(self.tok_emb.weight, "embedding"), (self.pos_emb.weight, "embedding"),
+        # setup="reference": the token table's Muon step is the reference's V-row table's; the placeholder
+        # row (index V) is outside it ("embedding:V"), so the step is scaled sqrt(max(1, d / V)), not d / (V + 1)
+        tok_layout = f"embedding:{self.vocab_size}" if self.setup == "reference" else "embedding"
+        muon: list[tuple[torch.Tensor, str]] = [(self.tok_emb.weight, tok_layout), (self.pos_emb.weight, "embedding"),
                                                 (self.head.weight, "dense")]
         for block in self.blocks:
             muon += [(block.ff1.weight, "dense"), (block.ff2.weight, "dense")]

@@ -10,8 +10,11 @@ natural PyTorch port in ways that change the baselines' results. This module hol
   matrix; every other parameter gets Adam with Nesterov momentum (optax's ``adamw(nesterov=True)``,
   no weight decay). Each Muon parameter carries a *layout* mapping its torch tensor to the 2-D Flax
   matrix: ``"dense"`` (a ``Linear`` weight ``[out, in]``: Flax's kernel is its transpose),
-  ``"embedding"`` (``[vocab, d]`` in both), ``"heads:H"`` (a 1-D ``[d]`` attention bias that Flax stores
-  as ``[H, d/H]``).
+  ``"embedding"`` (``[vocab, d]`` in both), ``"embedding:N"`` (a ``[vocab, d]`` table whose Flax
+  counterpart is its first ``N`` rows: tpo-gym's token table has one more row than the reference's, the
+  placeholder of not-yet-written positions, which the causal model never reads, so its gradient is 0;
+  the Muon step, its momentum and its scale are those of the ``[N, d]`` table and the rows past ``N``
+  are left as they are), ``"heads:H"`` (a 1-D ``[d]`` attention bias that Flax stores as ``[H, d/H]``).
 * :func:`lecun_normal_`, :func:`flax_embedding_normal_`: Flax's default initialisers.
 
 The Muon step for a parameter with gradient :math:`G` (in the Flax layout), step count :math:`t`:
@@ -46,7 +49,7 @@ __all__ = ["ReferenceMuon", "newton_schulz", "lecun_normal_", "flax_dense_init_"
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 #: Layout names of Muon parameters (``"heads:H"`` with an integer H).
-LAYOUTS = ("dense", "embedding", "heads:H")
+LAYOUTS = ("dense", "embedding", "embedding:N", "heads:H")
 #: ``jax.nn.initializers.truncated_normal``'s std correction for a standard normal truncated to [-2, 2].
 _TRUNC_STD = 0.87962566103423978
 
@@ -101,6 +104,8 @@ def _to_flax(t: torch.Tensor, layout: str) -> torch.Tensor:
         return t.mT
     if layout == "embedding":
         return t
+    if layout.startswith("embedding:"):
+        return t[..., : int(layout.split(":", 1)[1]), :]
     heads = int(layout.split(":", 1)[1])
     return t.reshape(*t.shape[:-1], heads, -1)
 
@@ -108,6 +113,10 @@ def _to_flax(t: torch.Tensor, layout: str) -> torch.Tensor:
 def _from_flax(m: torch.Tensor, layout: str, like: torch.Tensor) -> torch.Tensor:
     if layout == "dense":
         return m.mT
+    if layout.startswith("embedding:"):  # the rows past N (the placeholder) get no step
+        full = torch.zeros_like(like)
+        full[..., : m.shape[-2], :] = m
+        return full
     return m.reshape(like.shape)
 
 
@@ -117,9 +126,13 @@ def _check_layout(layout: Any, p: torch.Tensor, stacked: bool = False) -> str:
     if isinstance(layout, str) and layout.startswith("heads:") and ndim == 1:
         tail = layout.split(":", 1)[1]
         ok = tail.isdigit() and int(tail) >= 1 and p.shape[-1] % int(tail) == 0
+    if isinstance(layout, str) and layout.startswith("embedding:") and ndim == 2:
+        tail = layout.split(":", 1)[1]
+        ok = tail.isdigit() and 1 <= int(tail) <= p.shape[-2]
     if not ok:
         raise ValueError(f"Muon layout {layout!r} does not fit a parameter of shape {tuple(p.shape)}; allowed: "
-                         f"'dense' / 'embedding' for 2-D tensors, 'heads:H' for a 1-D tensor of a multiple of H")
+                         f"'dense' / 'embedding' for 2-D tensors, 'embedding:N' for a 2-D tensor of at least N "
+                         f"rows, 'heads:H' for a 1-D tensor of a multiple of H")
     return layout
 
 
