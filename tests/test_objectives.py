@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tpo_gym import objectives as O
@@ -78,7 +78,7 @@ def _objective(r, u, p_old, eta):
     return (r * u).sum() - eta * (r * (r.clamp_min(1e-300).log() - p_old.log())).sum()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(data=st.data(), k=st.integers(2, 8), eta=st.floats(0.1, 5.0), seed=st.integers(0, 10_000))
 def test_target_maximises_regularised_objective(data, k, eta, seed):
     """Proposition 1: q maximises sum r u - eta KL(r || p_old) over the simplex."""
@@ -863,7 +863,7 @@ def test_unmasked_minus_inf_logp_raises(fn):
         fn(lp)
     fn(t([[-0.5, -1e4, -1.0]]))  # very negative but finite is fine
     mask = torch.tensor([[True, False, True]])
-    O.tpo_loss(lp, torch.softmax(t([[0.0, 0.0, 1.0]]), -1) * mask, mask)  # masked is fine
+    O.tpo_loss(lp, torch.softmax(t([[0.0, -math.inf, 1.0]]), -1), mask)  # masked is fine
 
 
 # ------------------------------------------------------------------ 4. labels and actions
@@ -1059,3 +1059,219 @@ def test_an_error_inside_deferred_checks_propagates_and_the_queue_is_dropped() -
         O.tpo_loss(bad, torch.tensor([[0.5, 0.5]]))
         raise KeyError("first")
     O.tpo_loss(torch.log_softmax(torch.zeros(1, 2), -1), torch.tensor([[0.5, 0.5]]))  # no stale queue
+
+
+# ---------------------------------------------------------------------------------------------
+# no silent wrong value: wide reductions, tiny eta, extreme finite inputs, targets that sum to 1
+# ---------------------------------------------------------------------------------------------
+F32 = torch.float32
+F32_MAX = torch.finfo(F32).max
+N_HALF = 70_000  # more groups / rows than float16 can count (its maximum is 65,504)
+
+
+def _f32(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=F32)
+
+
+def test_float16_tpo_loss_over_65504_groups_has_the_exact_gradient():
+    g = torch.Generator().manual_seed(11)
+    lp = torch.log_softmax(torch.randn(N_HALF, 2, generator=g, dtype=F32), -1).half().requires_grad_(True)
+    q = torch.softmax(torch.randn(N_HALF, 2, generator=g, dtype=F32), -1).half()
+    ref_value = -(q.double() * torch.log_softmax(lp.detach().double(), -1)).sum(-1).mean()
+    ref_grad = (torch.softmax(lp.detach().double(), -1) - q.double()) / N_HALF
+    for mask in (None, torch.ones(N_HALF, 2, dtype=torch.bool)):
+        lp.grad = None
+        loss = O.tpo_loss(lp, q, mask)
+        loss.backward()
+        assert loss.dtype == torch.float16
+        torch.testing.assert_close(loss.double(), ref_value, rtol=2e-3, atol=0)
+        assert lp.grad.abs().max() > 0
+        torch.testing.assert_close(lp.grad.double(), ref_grad, rtol=1e-2, atol=1e-7)
+
+
+def _half_cases():
+    """(name, float16 call with an all-True mask, the same inputs in float64 without a mask); values of order 1."""
+    g = torch.Generator().manual_seed(12)
+    rows = torch.ones(N_HALF, dtype=torch.bool)
+    pairs = torch.ones(N_HALF, 2, dtype=torch.bool)
+    logits = torch.randn(N_HALF, 4, generator=g, dtype=F32).half()
+    labels = torch.randint(0, 4, (N_HALF,), generator=g)
+    logp = (-1.0 - torch.rand(N_HALF, generator=g, dtype=F32)).half()
+    adv = (1.0 + 0.1 * torch.randn(N_HALF, generator=g, dtype=F32)).half()
+    cand = torch.log_softmax(torch.randn(N_HALF, 2, generator=g, dtype=F32) + _f32([2.0, 0.0]), -1).half()
+    u = torch.tensor([1.0, -1.0]).expand(N_HALF, 2).half()
+    q = torch.softmax(torch.randn(N_HALF, 2, generator=g, dtype=F32), -1).half()
+    d = torch.Tensor.double
+    return [
+        ("cross_entropy", lambda: O.cross_entropy_loss(logits, labels, rows),
+         lambda: O.cross_entropy_loss(d(logits), labels)),
+        ("reinforce", lambda: O.reinforce_loss(logp, adv, rows), lambda: O.reinforce_loss(d(logp), d(adv))),
+        ("dg", lambda: O.dg_loss(logp, adv, mask=rows), lambda: O.dg_loss(d(logp), d(adv))),
+        ("group_pg", lambda: O.group_pg_loss(cand, u, mask=pairs), lambda: O.group_pg_loss(d(cand), d(u))),
+        ("tpo", lambda: O.tpo_loss(cand, q, pairs), lambda: O.tpo_loss(d(cand), d(q) / d(q).sum(-1, keepdim=True))),
+        ("batch_baseline", lambda: O.batch_baseline_advantages(adv, rows),
+         lambda: O.batch_baseline_advantages(d(adv))),
+    ]
+
+
+HALF_CASES = _half_cases()
+
+
+@pytest.mark.parametrize("case", range(len(HALF_CASES)), ids=[name for name, _, _ in HALF_CASES])
+def test_float16_masked_reductions_are_computed_wide(case):
+    """Sums and counts of more than 65,504 float16 entries: an all-True mask changes nothing."""
+    _, half, wide = HALF_CASES[case]
+    got, ref = half(), wide()
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), ref, rtol=2e-3, atol=2e-3)
+
+
+def test_group_pg_loss_refuses_an_eta_whose_weights_overflow_instead_of_nan():
+    for dtype, eta in ((F32, 1e-40), (torch.float16, 1e-5)):
+        logp, u = torch.tensor([[-1.0, -2.0]], dtype=dtype), torch.tensor([[1.0, -1.0]], dtype=dtype)
+        with pytest.raises(ValueError, match=r"u / eta overflows .*eta \(got"):
+            O.group_pg_loss(logp, u, eta=eta)
+        assert O.group_pg_loss(logp, torch.zeros_like(u), eta=eta).item() == 0.0  # no signal, any eta
+    # where u / eta fits the dtype the value is exact: -(1e30 * -1 - 1e30 * -2)
+    assert O.group_pg_loss(_f32([[-1.0, -2.0]]), _f32([[1.0, -1.0]]), eta=1e-30).item() == pytest.approx(-1e30)
+
+
+def test_tpo_loss_zero_target_entries_add_exactly_zero_at_extreme_logits():
+    for q, value, grad in (([[1.0, 0.0]], 0.0, [[0.0, 0.0]]), ([[0.5, 0.5]], 3e38, [[0.5, -0.5]])):
+        lp = _f32([[3e38, -3e38]]).requires_grad_(True)
+        loss = O.tpo_loss(lp, _f32(q))
+        loss.backward()
+        assert loss.item() == pytest.approx(value, rel=1e-6) and torch.equal(lp.grad, _f32(grad))
+    lp = _f32([[3e38, -3e38, 0.0]]).requires_grad_(True)  # and with a mask
+    loss = O.tpo_loss(lp, _f32([[1.0, 0.0, 0.0]]), torch.tensor([[True, True, False]]))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(lp.grad, torch.zeros(1, 3, dtype=F32))
+    with pytest.raises(ValueError, match="tpo_loss overflows float32.*logp"):  # the exact value is 6e38
+        O.tpo_loss(_f32([[3e38, -3e38]]), _f32([[0.0, 1.0]]))
+
+
+def test_losses_with_huge_advantages_of_mixed_sign_are_exact_not_nan():
+    """Products near +-1e39 cancel exactly: computed in float64, each loss is its exact value."""
+    adv, logp = _f32([[1e30, -1e30], [-1e30, 1e30]]), _f32([[-1e9, -1e9], [-2.0, -3.0]])
+    near_max = _f32([[3e38, -3e38], [3e38, -3e38]])
+    ones = torch.full((2, 2), -1.0, dtype=F32)
+    cases = [  # (loss of lp, lp, exact value)
+        (lambda lp: O.reinforce_loss(lp, adv), logp, 5e29),  # -(0 + (2e30 - 3e30)) / 2
+        (lambda lp: O.group_pg_loss(lp, adv), logp, 5e29),
+        (lambda lp: O.dg_loss(lp, adv[:1], eta=1e300), logp[:1], 0.0),  # gates exactly 1/2: +-5e38 cancel
+        (lambda lp: O.ppo_loss(lp, ones - 0.14, near_max), ones, 0.0),  # ratio 1.15: +-3.45e38 cancel
+    ]
+    for i, (call, lp, value) in enumerate(cases):
+        lp = lp.clone().requires_grad_(True)
+        loss = call(lp)
+        loss.backward()
+        assert loss.dtype == F32 and loss.item() == pytest.approx(value, rel=1e-6, abs=0.0), i
+        assert torch.isfinite(lp.grad).all(), i
+    # the gradient -rho * A / B of one step would be -4.9e38: refused, naming the advantages
+    with pytest.raises(ValueError, match="ppo_loss.*overflows float32.*advantages"):
+        O.ppo_loss(_f32([-1.0]), _f32([-21.0]), _f32([-1e30]))
+    reached = []
+    with pytest.raises(ValueError, match="ppo_loss.*overflows"), O.deferred_checks(force=True):
+        O.ppo_loss(_f32([-1.0]), _f32([-21.0]), _f32([-1e30]))  # queued like every value check
+        reached.append(True)
+    assert reached == [True]
+
+
+extreme32 = st.one_of(
+    st.sampled_from([0.0, 1.0, -1.0, -2.0, 1e-30, 1e9, -1e9, 1e30, -1e30, 3e38, -3e38]),
+    st.floats(min_value=-F32_MAX, max_value=F32_MAX, allow_nan=False, allow_infinity=False, width=32),
+)
+LOSS_ARGS = ("logp", "logp_old", "advantages", "u", "eta", "beta", "scores", "logits", "q")
+
+
+def _extreme_call(name: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, lp: torch.Tensor):
+    """The loss ``name`` on [2, 3] float32 inputs built from a, b, c, differentiable in lp."""
+    if name == "reinforce":
+        return O.reinforce_loss(lp, a)
+    if name == "dg":
+        return O.dg_loss(lp, a, eta=1.0)
+    if name == "ppo":
+        return O.ppo_loss(lp, b, a)
+    if name == "group_pg":
+        return O.group_pg_loss(lp, a, eta=1e-3)
+    if name == "grpo":
+        return O.grpo_loss(lp, b, a, beta=1e38)
+    if name == "tpo":
+        return O.tpo_loss(lp, torch.softmax(b, -1))
+    return O.cross_entropy_loss(lp, torch.tensor([0, 2]))
+
+
+@pytest.mark.parametrize("name", ["reinforce", "dg", "ppo", "group_pg", "grpo", "tpo", "cross_entropy"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.lists(extreme32, min_size=18, max_size=18))
+@example(data=[1e30, -1e30] * 3 + [-30.0] + [0.0] * 5 + [3e38, -3e38, -1e9, 3e38, 0.0, -3e38])
+def test_extreme_finite_inputs_give_a_finite_loss_and_gradient_or_a_named_error(name, data):
+    a, b, c = (_f32(data[i:i + 6]).reshape(2, 3) for i in (0, 6, 12))
+    lp = c.clone().requires_grad_(True)
+    try:
+        loss = _extreme_call(name, a, b, c, lp)
+    except ValueError as err:
+        assert any(arg in str(err) for arg in LOSS_ARGS), err
+        return
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(lp.grad).all(), (loss, lp.grad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.lists(extreme32, min_size=12, max_size=12))
+def test_reinforce_and_group_pg_refuse_only_what_float32_cannot_hold(data):
+    """The loss is the exact float64 value rounded to float32, refused exactly when that overflows."""
+    a, lp = (_f32(data[i:i + 6]).reshape(2, 3) for i in (0, 6))
+    exact = -(a.double() * lp.double()).sum(-1).mean()
+    for loss_fn in (lambda: O.reinforce_loss(lp, a), lambda: O.group_pg_loss(lp, a)):
+        if math.isfinite(exact.to(F32).item()):
+            assert loss_fn().item() == exact.to(F32).item()
+        else:
+            with pytest.raises(ValueError, match="overflows float32"):
+                loss_fn()
+
+
+def test_tpo_loss_refuses_a_target_that_does_not_sum_to_one_naming_the_group():
+    logp = torch.log_softmax(torch.randn(3, 4, dtype=F32), -1)
+    q = torch.full((3, 4), 0.25, dtype=F32)
+    q[1] = _f32([0.5, 0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match=r"q must be a target distribution .*group \(1,\) sums to 1\.5"):
+        O.tpo_loss(logp, q)
+    with pytest.raises(ValueError, match=r"group \(1,\) sums to 1\.5"), O.deferred_checks(force=True):
+        O.tpo_loss(logp, q)  # queued like every value check, raised at the end of the block
+    stacked = torch.full((2, 3, 4), 0.25, dtype=F32)  # SeedBatch shapes [S, G, K]: the index names (s, g)
+    stacked[1, 2, 0] = 0.0
+    with pytest.raises(ValueError, match=r"group \(1, 2\) sums to 0\.75"):
+        O.tpo_loss(torch.zeros(2, 3, 4, dtype=F32), stacked)
+    with pytest.raises(ValueError, match=r"group \(0,\) sums to 0\.0"):
+        O.tpo_loss(logp[:1], torch.zeros(1, 4, dtype=F32))
+    # the sum runs over the valid candidates; a fully masked group may hold anything
+    mask = torch.tensor([[True, True, False, False], [False] * 4, [True] * 4])
+    q = _f32([[0.5, 0.5, 7.0, 0.0], [0.9, 0.9, 0.9, 0.9], [0.25] * 4])
+    O.tpo_loss(logp, q, mask)
+    with pytest.raises(ValueError, match=r"group \(0,\) sums to 0\.5"):
+        O.tpo_loss(logp, _f32([[0.5, 0.0, 0.5, 0.0], [0.0] * 4, [0.25] * 4]), mask)
+    # the tolerance follows the dtype: n_valid * eps, at least float32's
+    O.tpo_loss(logp.double(), torch.softmax(torch.randn(3, 4, dtype=F32), -1).double())  # float32 q cast up
+    with pytest.raises(ValueError, match="sums to"):
+        O.tpo_loss(logp.double(), torch.full((3, 4), 0.25 + 1e-5, dtype=torch.float64))
+    O.tpo_loss(logp.half(), torch.full((3, 4), 0.25 + 1e-4, dtype=torch.float16))  # within float16 rounding
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, F32, torch.float64])
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), eta=st.sampled_from([1e-40, 1e-3, 1.0, 1e6]), anchor=st.booleans(),
+       shape=st.sampled_from([(5, 8), (2, 3, 6), (4, 1), (3, 64)]))
+def test_every_target_from_tpo_target_is_accepted_by_tpo_loss(dtype, seed, eta, anchor, shape):
+    """The agents' path: q from tpo_target (masked, fully masked groups, stacked [S, G, K], any dtype)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = (5.0 * torch.randn(*shape, generator=g)).to(dtype)
+    mask = torch.rand(*shape, generator=g) > 0.3
+    mask.view(-1, shape[-1])[0] = False  # one fully masked group
+    u = O.standardize_scores(torch.randn(*shape, generator=g).to(dtype), mask)
+    for m in (None, mask):
+        q = O.tpo_target(logits, u, eta=eta, anchor=anchor, mask=m)
+        lp = logits.clone().requires_grad_(True)
+        loss = O.tpo_loss(lp, q, m)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()

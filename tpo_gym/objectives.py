@@ -25,6 +25,13 @@ Conventions
   with at least one valid step. :func:`cross_entropy_loss` averages over its valid rows. A fully
   masked group, trajectory or row contributes nothing; a fully masked batch gives a loss of 0
   with a zero gradient (never NaN).
+* **Wide arithmetic.** Every sum, count and mean of a reduction, and every product of a loss
+  (advantage times log-prob, ``u / eta`` times log-prob, ratio times advantage), is computed in
+  float64 whatever the input dtype (a float16 batch of more than 65,504 groups, or an all-True
+  mask, is exact), and the result comes back in the inputs' dtype (float32 or wider for the
+  ratio-based :func:`ppo_loss` and :func:`grpo_loss`). So finite inputs never give NaN: a loss
+  whose value or gradient weights lie beyond the range of that dtype is refused with a
+  ``ValueError`` saying which inputs to shrink (see each function), never returned as ``inf``.
 * ``logp`` are log-probabilities of the chosen candidates under the current policy (for a
   sequence, the sum of its token log-probs, no length normalisation); ``logp_old`` the same under
   the rollout-time snapshot ``pi_old``.
@@ -72,6 +79,7 @@ is needed; a non-bool mask; a non-integer dtype for labels or actions, even 2.0)
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, NoReturn
@@ -108,7 +116,10 @@ __all__ = [
 STD_EPS = 1e-6
 #: Log-ratios are clipped to ``[-LOG_RATIO_CLIP, LOG_RATIO_CLIP]`` before ``exp``.
 LOG_RATIO_CLIP = 20.0
+#: The dtype of every loss's per-entry products and of every reduction (sums, counts, means).
+_WIDE = torch.float64
 
+_REWARDS_ADVICE = "rewards too large in magnitude for their dtype"
 _LOGP_HINT = (
     "; a log-probability of -inf means a sampled candidate had probability 0: mark padding with the mask"
 )
@@ -253,23 +264,46 @@ def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torc
 
 
 def _group_mean(per_group: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean over all entries of ``per_group``; with the boolean ``valid``, over the valid ones only (0 if none)."""
+    """Mean over all entries of ``per_group``; with the boolean ``valid``, over the valid ones only (0 if none).
+
+    Sum, count and quotient in float64 (:data:`_WIDE`), whatever the dtype of ``per_group``.
+    """
+    per_group = per_group.to(_WIDE)
     if valid is None:
         return per_group.mean()
-    total = _where(valid, per_group).sum()
-    return total / valid.sum().clamp(min=1).to(total.dtype)
+    return _where(valid, per_group).sum() / valid.sum().clamp(min=1).to(_WIDE)
 
 
 def _steps_mean(per_step: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Sum over the valid steps of the last (time) axis, mean over trajectories with a valid step.
+    """Sum over the valid steps of the last (time) axis, mean over trajectories with a valid step, in float64.
 
     A 1-D input is ``B`` one-step trajectories: the mean over its valid entries.
     """
+    per_step = per_step.to(_WIDE)
     if per_step.ndim == 1:
         return _group_mean(per_step, mask)
     if mask is None:
         return per_step.sum(dim=-1).mean()
     return _group_mean(_where(mask, per_step).sum(dim=-1), mask.any(dim=-1))
+
+
+def _fits(what: str, x: torch.Tensor, dtype: torch.dtype, advice: str) -> torch.Tensor:
+    """``x`` (computed in float64) cast to ``dtype``; a ``ValueError`` if an entry is not finite there.
+
+    Finite inputs whose result lies beyond the range of ``dtype`` (or of float64) are refused with
+    an error saying which inputs to shrink, never returned as ``inf`` or NaN.
+    """
+    out = x.to(dtype)
+    bad = ~torch.isfinite(out)
+
+    def fail() -> NoReturn:
+        first = x[bad].flatten()[0].item()
+        raise ValueError(
+            f"{what} overflows {str(dtype).removeprefix('torch.')}: got {first:.4g} (computed in float64); {advice}"
+        )
+
+    _fail_if(bad.any(), fail)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,8 +447,19 @@ def tpo_loss(logp: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = No
     over the ``G`` groups that have at least one valid candidate (0 if there is none); masked
     entries of ``logp`` and ``q`` are ignored whatever they hold.
 
+    ``q`` must be a distribution over the valid candidates of every group with one (a fully masked
+    group may hold anything; :func:`tpo_target` gives it zeros): ``q >= 0`` and
+    :math:`|\sum_i q_{g,i} - 1| \le n_g\,\varepsilon` with :math:`n_g` its valid candidates and
+    :math:`\varepsilon` the machine epsilon of ``q``'s dtype, at least float32's (so a float32 target
+    cast up passes); only then is :math:`p - q` the gradient of the value. The value is computed
+    in float64 with :math:`0 \cdot \log 0 = 0` (a candidate with :math:`q_i = 0` adds exactly 0, even
+    where its log-probability underflows to ``-inf``, e.g. logits ``[3e38, -3e38]``), counts and
+    means in float64, and returned in the dtype of ``logp`` and ``q``; a value beyond that dtype's
+    range is refused with a ``ValueError``. The gradient is bounded, :math:`|p - q| / G \le 1`.
+
     :param logp: ``[..., K]`` current log-probabilities (or logits), finite at valid candidates.
-    :param q: ``[..., K]`` target from :func:`tpo_target`: finite and >= 0 at valid candidates.
+    :param q: ``[..., K]`` target from :func:`tpo_target`: finite, >= 0 and summing to 1 over the
+        valid candidates of each group.
     :param mask: optional ``[..., K]`` boolean, ``True`` for valid candidates.
     """
     logp = _as_tensor("logp", logp)
@@ -423,25 +468,45 @@ def tpo_loss(logp: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = No
     mask = _check_mask("logp", logp, mask)
     logp = _valid_values("logp", logp, mask, _LOGP_HINT)
     q = _valid_values("q", q.detach(), mask)
-    def negative_q() -> NoReturn:
-        raise ValueError(f"q must be a target distribution (q >= 0), got a minimum of {q.min().item()!r}")
-
-    _fail_if((q < 0).any(), negative_q)
+    _check_distribution(q, mask)
+    out = torch.promote_types(logp.dtype, q.dtype)
     valid = None if mask is None else mask.any(dim=-1)
     with torch.no_grad():
-        per_group = -(q * _masked_log_softmax(logp, mask)).sum(dim=-1)
-        value = _group_mean(per_group, valid)
+        log_p = _masked_log_softmax(logp.to(_WIDE), mask)
+        per_group = -torch.where(q > 0, q.to(_WIDE) * log_p, torch.zeros((), dtype=_WIDE, device=q.device)).sum(-1)
+        value = _fits("tpo_loss", _group_mean(per_group, valid), out,
+                      "logp spans too wide a range of log-probabilities for this dtype")
         # the gradient p - q, with p computed exactly as tpo_target computes q from log-probs: where
         # the target is the policy itself (u = 0 and logp == logp_old) the gradient is exactly 0
         base = _masked_log_softmax(logp, mask).clamp(min=torch.finfo(logp.dtype).min)
         p = torch.softmax(base, dim=-1) if mask is None else _where(mask, torch.softmax(_exclude(base, mask), dim=-1))
         weight = p - q if mask is None else _where(mask, p - q)
-        n = torch.tensor(float(per_group.numel()), dtype=logp.dtype) if valid is None else (
-            valid.sum().clamp(min=1).to(logp.dtype))
-        weight = weight / n
-    surrogate = (weight * logp).sum()
-    # value in the forward pass, gradient exactly (p - q) / G in the backward pass (first order)
-    return value + (surrogate - surrogate.detach())
+        n = per_group.numel() if valid is None else valid.sum().clamp(min=1).to(_WIDE)
+        weight = weight.to(_WIDE) / n
+    # value in the forward pass (the added term is exactly 0), gradient exactly (p - q) / G backward
+    return value + (weight * (logp.to(_WIDE) - logp.detach().to(_WIDE))).sum().to(out)
+
+
+def _check_distribution(q: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """``q >= 0`` and each group with a valid candidate sums to 1 within ``n_valid * eps`` (see :func:`tpo_loss`)."""
+    def negative_q() -> NoReturn:
+        raise ValueError(f"q must be a target distribution (q >= 0), got a minimum of {q.min().item()!r}")
+
+    _fail_if((q < 0).any(), negative_q)
+    n = torch.full(q.shape[:-1], q.shape[-1], device=q.device) if mask is None else mask.sum(dim=-1)
+    sums = q.to(_WIDE).sum(dim=-1)  # masked entries are 0 already
+    eps = max(torch.finfo(q.dtype).eps, torch.finfo(torch.float32).eps)
+    off = (n > 0) & ((sums - 1).abs() > n * eps)
+
+    def not_normalised() -> NoReturn:
+        first = tuple(off.nonzero()[0].tolist())
+        raise ValueError(
+            f"q must be a target distribution (q >= 0 summing to 1 over the valid candidates of each group), but "
+            f"group {first} sums to {sums[first].item()!r}; {int(off.sum())} group(s) are off by more than "
+            f"n_valid * {eps:.3g} (build q with tpo_target)"
+        )
+
+    _fail_if(off.any(), not_normalised)
 
 
 def onehot_advantage_scores(
@@ -453,7 +518,8 @@ def onehot_advantage_scores(
         s = A\,\mathrm{onehot}(a), \qquad A = r - \sum_k \pi_k^2
 
     (:math:`\sum_k \pi_k^2` is the expected reward of a one-correct-arm bandit under pi.) Feed the
-    result to :func:`standardize_scores` (over the ``n_actions`` axis) and :func:`tpo_target`.
+    result to :func:`standardize_scores` (over the ``n_actions`` axis) and :func:`tpo_target`. The
+    sum runs in float64; an ``A`` beyond the range of the inputs' dtype is refused with a ``ValueError``.
 
     :param actions: ``[B]`` sampled actions, an integer dtype (bool and float, even integral
         floats, are rejected), each in ``[0, n_actions)``.
@@ -479,7 +545,9 @@ def onehot_advantage_scores(
     _fail_if((probs < 0).any(), negative_probs)
     n_actions = probs.shape[-1]
     _check_index_range("actions", actions, n_actions, None)
-    advantage = rewards - probs.pow(2).sum(dim=-1)
+    advantage = rewards.to(_WIDE) - probs.to(_WIDE).pow(2).sum(dim=-1)
+    advantage = _fits("onehot_advantage_scores", advantage, torch.promote_types(rewards.dtype, probs.dtype),
+                      "rewards or probs too large in magnitude")
     return F.one_hot(actions.long(), n_actions).to(probs.dtype) * advantage.unsqueeze(-1)
 
 
@@ -574,8 +642,9 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor | None 
 def _clipped_surrogate(
     logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, clip_eps: float
 ) -> torch.Tensor:
-    ratio = torch.exp(_log_ratio(logp, logp_old.detach()))
-    adv = advantages.detach()
+    """``min(rho A, clip(rho, 1 - eps, 1 + eps) A)`` per entry, in float64 (no overflow of ``rho A``)."""
+    ratio = torch.exp(_log_ratio(logp, logp_old.detach()).to(_WIDE))
+    adv = advantages.detach().to(_WIDE)
     return torch.minimum(ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv)
 
 
@@ -631,7 +700,9 @@ def grpo_loss(
     (:func:`zero_variance_groups`) from the loss and averages over informative groups only. With
     ``beta = 0`` and no clipping active the first-epoch gradient equals that of z-scored
     REINFORCE (:func:`reinforce_loss` on :math:`A`). Ratios and KL are computed in float32 or
-    wider (``e^{20}`` overflows float16). ``logp_ref`` (same shape as ``logp``) replaces the KL's
+    wider (``e^{20}`` overflows float16), products, counts and means in float64; the loss comes
+    back in the inputs' dtype, float32 or wider. A ``beta`` so large that a per-entry term or the
+    value overflows that dtype is refused with a ``ValueError``. ``logp_ref`` (same shape as ``logp``) replaces the KL's
     reference :math:`\ell^{old}` by a frozen reference model's log-probs,
     :math:`\mathrm{kl}_k = e^{\ell^{ref}_k - \ell^\theta_k} + (\ell^\theta_k - \ell^{ref}_k) - 1` (TRL's
     meaning of ``beta``); the ratio :math:`\rho` stays relative to the snapshot.
@@ -665,16 +736,17 @@ def grpo_loss(
         reference = _valid_values("logp_ref", logp_ref.detach(), valid, _LOGP_HINT)
 
     adv = grpo_advantages(scores, mask)
+    out = functools.reduce(torch.promote_types, (logp.dtype, logp_old.dtype, reference.dtype, adv.dtype, torch.float32))
     if token_level:
         adv = adv.unsqueeze(-1)
-    per_entry = _clipped_surrogate(logp, logp_old, adv, clip_eps) - beta * _k3(logp, reference)
+    per_entry = _clipped_surrogate(logp, logp_old, adv, clip_eps) - beta * _k3(logp, reference).to(_WIDE)
+    _fits("grpo_loss's per-entry term", per_entry.detach(), out, "beta too large")
     if not token_level:
         per_cand = per_entry
     elif valid is None:
         per_cand = per_entry.mean(dim=-1)
     else:
-        n_tokens = valid.sum(dim=-1).clamp(min=1).to(per_entry.dtype)
-        per_cand = _where(valid, per_entry).sum(dim=-1) / n_tokens
+        per_cand = _where(valid, per_entry).sum(dim=-1) / valid.sum(dim=-1).clamp(min=1).to(_WIDE)
     if mask is not None:
         per_cand = _where(mask, per_cand)
     per_group = -per_cand.sum(dim=-1)
@@ -682,7 +754,7 @@ def grpo_loss(
     if mask_zero_variance:
         informative = ~zero_variance_groups(scores, mask)
         groups = informative if groups is None else groups & informative
-    return _group_mean(per_group, groups)
+    return _fits("grpo_loss", _group_mean(per_group, groups), out, "beta too large")
 
 
 # --------------------------------------------------------------------------------------------
@@ -694,18 +766,22 @@ def batch_baseline_advantages(rewards: torch.Tensor, mask: torch.Tensor | None =
     .. math::
         A_{b,t} = r_{b,t} - \frac{1}{|\{b' : m_{b',t}\}|}\sum_{b' : m_{b',t}} r_{b',t}
 
+    Sums, counts and differences in float64, ``A`` in the dtype of ``rewards``; rewards whose
+    advantages overflow that dtype (e.g. float16 rewards of both signs near its maximum) are
+    refused with a ``ValueError``.
+
     :param rewards: ``[B, T]`` (or ``[B]``) rewards, finite at the valid entries; the mean runs over
         the batch axis 0 per position, over the valid entries of ``mask`` only.
     :param mask: optional boolean of the same shape; masked entries get ``A = 0`` whatever they hold.
     """
     rewards = _as_tensor("rewards", rewards)
     mask = _check_mask("rewards", rewards, mask)
-    rewards = _valid_values("rewards", rewards, mask)
+    r = _valid_values("rewards", rewards, mask).to(_WIDE)
     if mask is None:
-        return rewards - rewards.mean(dim=0, keepdim=True)
-    count = mask.sum(dim=0, keepdim=True).clamp(min=1).to(rewards.dtype)
-    mean = rewards.sum(dim=0, keepdim=True) / count  # masked entries are 0 already
-    return _where(mask, rewards - mean)
+        return _fits("batch_baseline_advantages", r - r.mean(dim=0, keepdim=True), rewards.dtype, _REWARDS_ADVICE)
+    count = mask.sum(dim=0, keepdim=True).clamp(min=1).to(_WIDE)
+    mean = r.sum(dim=0, keepdim=True) / count  # masked entries are 0 already
+    return _fits("batch_baseline_advantages", _where(mask, r - mean), rewards.dtype, _REWARDS_ADVICE)
 
 
 def _check_steps(tensors: dict[str, torch.Tensor], mask: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
@@ -734,7 +810,11 @@ def ppo_loss(
 
     No value function, no GAE, no entropy bonus; ``A`` from :func:`batch_baseline_advantages`.
     The sum runs over the valid steps, the mean over the ``B`` trajectories with a valid step.
-    The ratio is computed in float32 or wider.
+    The ratio is computed in float32 or wider, the products and means in float64 (advantages near
+    :math:`\pm 10^{30}` of mixed sign give no ``inf - inf``); the loss comes back in the dtype of
+    the inputs (float32 or wider). Inputs whose value or per-step term :math:`\rho A / B` (the
+    gradient of an unclipped step) overflow that dtype, e.g. float32 :math:`|A| > 7 \cdot 10^{29}`
+    at a ratio of :math:`e^{20}` with ``B = 1``, are refused with a ``ValueError`` naming ``advantages``.
 
     :param logp: ``[B, T]`` (or ``[B]``) current log-probs of the taken actions, finite where valid.
     :param logp_old: rollout-time log-probs, same shape, finite where valid.
@@ -746,7 +826,15 @@ def ppo_loss(
         {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask
     )
     clip_eps = check_float("clip_eps", clip_eps, minimum=0.0)
-    return -_steps_mean(_clipped_surrogate(logp, logp_old, advantages, clip_eps), mask)
+    out = functools.reduce(torch.promote_types, (logp.dtype, logp_old.dtype, advantages.dtype, torch.float32))
+    advice = "advantages too large in magnitude for the ratio exp(logp - logp_old)"
+    per_step = _clipped_surrogate(logp, logp_old, advantages, clip_eps)
+    if mask is None:
+        n = per_step.numel() if per_step.ndim == 1 else per_step[..., 0].numel()
+    else:
+        n = (mask if mask.ndim == 1 else mask.any(dim=-1)).sum().clamp(min=1).to(_WIDE)
+    _fits("ppo_loss's gradient rho * A / B", per_step.detach() / n, out, advice)
+    return _fits("ppo_loss", -_steps_mean(per_step, mask), out, advice)
 
 
 def reinforce_loss(
@@ -759,14 +847,19 @@ def reinforce_loss(
 
     ``A`` is detached: e.g. :func:`batch_baseline_advantages`, or :math:`r - \sum_k\pi_k^2` on
     MNIST, or group z-scores (then it is "z-scored REINFORCE"). The sum runs over the valid steps,
-    the mean over the ``B`` trajectories with a valid step.
+    the mean over the ``B`` trajectories with a valid step. Products and means are computed in
+    float64 (advantages near :math:`\pm 10^{30}` of mixed sign give no ``inf - inf``); the loss comes
+    back in the dtype of ``logp`` and ``advantages``, and a value beyond its range is refused with
+    a ``ValueError``. The gradient :math:`-A/B` is always finite.
 
     :param logp: ``[B, T]`` (or ``[B]``) log-probs of the taken actions, finite where valid.
     :param advantages: same shape, finite where valid.
     :param mask: optional boolean, valid steps; masked entries are ignored whatever they hold.
     """
     logp, advantages, mask = _check_steps({"logp": logp, "advantages": advantages}, mask)
-    return -_steps_mean(advantages.detach() * logp, mask)
+    out = torch.promote_types(logp.dtype, advantages.dtype)
+    value = -_steps_mean(advantages.detach().to(_WIDE) * logp.to(_WIDE), mask)
+    return _fits("reinforce_loss", value, out, "advantages or logp too large in magnitude")
 
 
 def group_pg_loss(
@@ -778,6 +871,11 @@ def group_pg_loss(
         L = -\frac1G \sum_g \sum_{k=1}^{K} \frac{u_{g,k}}{\eta}\,\ell^\theta_{g,k}
 
     The sum runs over the valid candidates, the mean over the ``G`` groups with a valid candidate.
+    ``u / eta``, the products and the means are computed in float64 (no ``inf - inf`` from large
+    ``u`` of mixed sign, no ``0 / 0`` from a tiny ``eta``); the loss comes back in the dtype of
+    ``logp`` and ``u``. Inputs whose weights :math:`u/\eta` (the gradient, up to :math:`1/G`) or
+    whose value overflow that dtype (e.g. ``eta=1e-40`` with float32 ``u`` of order 1) are refused
+    with a ``ValueError`` naming ``eta`` and ``u``; ``u = 0`` gives 0 for every ``eta``.
 
     :param logp: ``[..., K]`` log-probs of the candidates, finite at the valid candidates.
     :param u: ``[..., K]`` standardised scores (detached), finite at the valid candidates.
@@ -791,12 +889,18 @@ def group_pg_loss(
     mask = _check_mask("logp", logp, mask)
     logp = _valid_values("logp", logp, mask, _LOGP_HINT)
     u = _valid_values("u", u.detach(), mask)
-    per_group = -(_over_eta(u, eta) * logp).sum(dim=-1)
-    return _group_mean(per_group, None if mask is None else mask.any(dim=-1))
+    out = torch.promote_types(logp.dtype, u.dtype)
+    advice = f"use a larger eta (got {eta!r}) or smaller u"
+    weight = u.to(_WIDE) / eta
+    _fits("group_pg_loss's weight u / eta", weight, out, advice)
+    per_group = -(weight * logp.to(_WIDE)).sum(dim=-1)
+    return _fits("group_pg_loss", _group_mean(per_group, None if mask is None else mask.any(dim=-1)), out,
+                 advice + " or logp")
 
 
 def _gate(advantages: torch.Tensor, logp: torch.Tensor, eta: float) -> torch.Tensor:
-    return torch.sigmoid(_over_eta(advantages.detach() * -logp.detach(), eta))
+    """``sigmoid(A * -logp / eta)`` in float64: the product of two large finite inputs does not saturate it."""
+    return torch.sigmoid(_over_eta(advantages.detach().to(_WIDE) * -logp.detach().to(_WIDE), eta))
 
 
 def dg_gate(
@@ -808,6 +912,9 @@ def dg_gate(
         w = \sigma\!\left(\frac{A \cdot \ell}{\eta}\right), \qquad \ell = -\log\pi(a)
         \ \text{(surprisal)},\qquad w \in [0, 1]
 
+    computed in float64 (``A`` near ``1e30`` times a surprisal near ``1e9`` over a large ``eta`` gives
+    the exact gate, not a saturated 0 or 1) and returned in the inputs' dtype.
+
     :param advantages: advantages ``A``, any shape, finite at the valid entries.
     :param logp: log-probs of the taken actions, same shape, finite at the valid entries.
     :param eta: temperature, a finite number > 0 (default 1).
@@ -815,7 +922,7 @@ def dg_gate(
     """
     advantages, logp, mask = _check_steps({"advantages": advantages, "logp": logp}, mask)
     eta = check_float("eta", eta, minimum=0.0, strict_min=True)
-    w = _gate(advantages, logp, eta)
+    w = _gate(advantages, logp, eta).to(torch.promote_types(advantages.dtype, logp.dtype))
     return w if mask is None else _where(mask, w)
 
 
@@ -829,6 +936,8 @@ def dg_loss(
         \qquad w = \sigma\big(A\cdot(-\log\pi(a))/\eta\big)
 
     The sum runs over the valid steps, the mean over the ``B`` trajectories with a valid step.
+    Products and means in float64 and the result in the inputs' dtype, as :func:`reinforce_loss`
+    (a value beyond its range is refused with a ``ValueError``; the gradient is always finite).
 
     :param logp: ``[B, T]`` (or ``[B]``) log-probs of the taken actions, finite where valid.
     :param advantages: same shape, finite where valid.
@@ -837,8 +946,10 @@ def dg_loss(
     """
     logp, advantages, mask = _check_steps({"logp": logp, "advantages": advantages}, mask)
     eta = check_float("eta", eta, minimum=0.0, strict_min=True)
-    weight = (_gate(advantages, logp, eta) * advantages).detach()
-    return -_steps_mean(weight * logp, mask)
+    out = torch.promote_types(logp.dtype, advantages.dtype)
+    weight = (_gate(advantages, logp, eta).to(_WIDE) * advantages.to(_WIDE)).detach()
+    return _fits("dg_loss", -_steps_mean(weight * logp.to(_WIDE), mask), out,
+                 "advantages or logp too large in magnitude")
 
 
 def cross_entropy_loss(
@@ -849,7 +960,9 @@ def cross_entropy_loss(
     .. math::
         L = -\frac1B \sum_b \log\operatorname{softmax}(z_b)_{y_b}
 
-    the mean over the ``B`` valid rows (0 if there is none).
+    the mean over the ``B`` valid rows (0 if there is none). The log-softmax runs in float32 or
+    wider, the mean in float64; the loss comes back in the dtype of ``logits``, and a value beyond
+    its range (finite logits further apart than the dtype's maximum) is refused with a ``ValueError``.
 
     :param logits: ``[..., n_actions]`` (e.g. ``[B, n_actions]``), finite at the valid rows.
     :param labels: ``logits.shape[:-1]`` labels of an integer dtype (bool and float dtypes, even
@@ -870,5 +983,7 @@ def cross_entropy_loss(
     logits = _valid_values("logits", logits, rows)
     if mask is not None:
         labels = _where(mask, labels)
-    per_row = F.cross_entropy(logits.reshape(-1, n_actions), labels.reshape(-1).long(), reduction="none")
-    return _group_mean(per_row.reshape(labels.shape), mask)
+    wide = torch.promote_types(logits.dtype, torch.float32)
+    per_row = F.cross_entropy(logits.reshape(-1, n_actions).to(wide), labels.reshape(-1).long(), reduction="none")
+    return _fits("cross_entropy_loss", _group_mean(per_row.reshape(labels.shape), mask), logits.dtype,
+                 "logits too far apart for this dtype")
