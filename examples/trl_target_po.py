@@ -12,7 +12,14 @@ Several GPUs / machines: the same script under accelerate (TRL handles the proce
 vLLM; TargetPOTrainer stays exact across them, see tpo_gym/integrations/trl.py)::
 
     accelerate launch --num_processes 4 examples/trl_target_po.py --model Qwen/Qwen3-1.7B --bf16
-    accelerate launch --cpu --num_processes 2 examples/trl_target_po.py   # two CPU processes
+    torchrun --nproc_per_node 2 examples/trl_target_po.py                 # two CPU processes, one run
+
+Without a GPU the script sets ``use_cpu=True`` itself, so under ``torchrun`` the processes join one
+CPU (gloo) training run: gradients are averaged over the ranks and every rank holds the same weights
+(``--report-dir DIR`` writes each rank's world size and a checksum of its weights to
+``DIR/rank<r>.json``). ``accelerate launch --cpu --num_processes 2`` does not do this: accelerate
+1.x sends ``--cpu`` to its single-process launcher and starts one process; use ``torchrun`` (or
+``accelerate launch --multi_gpu`` on GPUs).
 """
 
 from __future__ import annotations
@@ -66,7 +73,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--eta", type=float, default=1.0)
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPUs)")
     parser.add_argument("--output-dir", default="runs/trl-target-po")
+    parser.add_argument("--report-dir", default=None, help="write each rank's world size and weight checksum here")
     args = parser.parse_args(argv)
+
+    import torch
 
     from tpo_gym.agents.lm import load_language_model
     from tpo_gym.integrations.trl import TargetPOConfig, TargetPOTrainer, reasoning_gym_dataset, reasoning_gym_reward
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         max_completion_length=args.max_completion_length, learning_rate=args.learning_rate,
         max_steps=args.steps, logging_steps=1, save_strategy="no", report_to="none", bf16=args.bf16,
         temperature=1.0, top_p=1.0,
+        use_cpu=not torch.cuda.is_available(),  # several CPU processes (torchrun): one gloo run, not copies
     )
     trainer = TargetPOTrainer(model=model, reward_funcs=reward, args=training, train_dataset=train,
                               processing_class=tokenizer)
@@ -92,6 +103,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logs = [h for h in trainer.state.log_history if "reward" in h]
     summary = {"model": args.model, "task": args.task, "steps": len(logs), "target_update": trainer.target_update,
                "reward": [round(h["reward"], 4) for h in logs]}
+    if args.report_dir is not None:
+        import hashlib
+        import pathlib
+
+        weights = torch.cat([p.detach().double().flatten().cpu() for p in trainer.model.parameters()])
+        rank = {"rank": trainer.accelerator.process_index, "world_size": trainer.accelerator.num_processes,
+                "torch_world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
+                "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest(), **summary}
+        out = pathlib.Path(args.report_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{rank['rank']}.json").write_text(json.dumps(rank))
     if trainer.accelerator.is_main_process:
         print(json.dumps(summary))
     return summary

@@ -1,4 +1,4 @@
-"""The one validation module of tpo-gym: scalar arguments of agents, envs and objectives.
+"""The one validation module of tpo-gym: scalar arguments of agents, envs and objectives, and devices.
 
 Every public entry point checks its arguments early and raises a ``ValueError`` that names the
 argument, shows the bad value and says what is allowed (never a silent cast, clip or NaN). The
@@ -23,6 +23,7 @@ __all__ = [
     "check_bool",
     "check_seed",
     "check_options",
+    "check_device",
     "INT64_MAX",
 ]
 
@@ -135,3 +136,23 @@ def check_options(value: Any, name: str = "options") -> dict[str, Any] | None:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise ValueError(f"{name} must be None or a dict with str keys, got {_show(value)}")
     return value
+
+
+def check_device(device: Any, name: str = "device") -> str:
+    """``device`` (a string or ``torch.device``) as text if torch can use it on this machine, else ``ValueError``.
+
+    Allowed: ``"cpu"``, ``"auto"`` (CUDA when available, else the CPU: the one way to fall back),
+    ``"cuda"`` and ``"cuda:N"`` when this machine has that CUDA device (never a silent CPU run).
+    """
+    import torch  # here, so the module stays light for the envs that never need it
+
+    text = str(device)
+    if text in ("cpu", "auto"):
+        return text
+    if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} {text!r}: CUDA is not available on this machine (allowed here: 'cpu', 'auto')")
+        if text.startswith("cuda:") and int(text[5:]) >= torch.cuda.device_count():
+            raise ValueError(f"{name} {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return text
+    raise ValueError(f"{name} must be 'cpu', 'auto', 'cuda' or 'cuda:N', got {device!r}")

@@ -100,6 +100,7 @@ __all__ = [
     "grpo_advantages",
     "zero_variance_groups",
     "grpo_loss",
+    "kl_penalty",
     "batch_baseline_advantages",
     "ppo_loss",
     "reinforce_loss",
@@ -637,6 +638,34 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor | None 
     logp_ref = _valid_values("logp_ref", logp_ref, mask, _LOGP_HINT)
     kl = _k3(logp, logp_ref)
     return kl if mask is None else _where(mask, kl)
+
+
+def kl_penalty(logp: torch.Tensor, logp_ref: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    r"""The per-token k3 KL to a reference, averaged per completion, then over completions (0-d tensor).
+
+    .. math::
+        \mathrm{KL} = \frac1N \sum_{i=1}^{N} \frac{\sum_t m_{i,t}\, \mathrm{kl}_{i,t}}{\max(1, \sum_t m_{i,t})},
+        \qquad \mathrm{kl}_{i,t} = e^{\ell^{ref}_{i,t} - \ell^\theta_{i,t}} - (\ell^{ref}_{i,t} - \ell^\theta_{i,t}) - 1
+
+    with :func:`k3_kl` per token (its log-ratio clipped to +-20) and GRPO's ``loss_type="grpo"``
+    averaging (TRL's and verl's per-token KL loss). What TPO adds as ``beta * kl_penalty`` (the paper's
+    GSM8K recipe, docs/method.md section 7); its gradient per token is
+    :math:`(1 - e^{\ell^{ref} - \ell^\theta})\nabla\ell^\theta / (N \sum_t m_{i,t})`. Sums and counts in float64.
+
+    :param logp: ``[N, T]`` token log-probs of the N completions under the policy (with gradient).
+    :param logp_ref: ``[N, T]`` under the frozen reference.
+    :param token_mask: optional ``[N, T]`` boolean, valid tokens; masked tokens are ignored whatever they hold.
+    """
+    logp = _as_tensor("logp", logp)
+    if logp.ndim != 2:
+        raise ValueError(f"kl_penalty needs [N, T] token log-probs, got shape {tuple(logp.shape)}")
+    kl = k3_kl(logp, logp_ref, token_mask).to(_WIDE)
+    if token_mask is None:
+        per_row = kl.mean(dim=-1)
+    else:
+        per_row = kl.sum(dim=-1) / token_mask.sum(dim=-1).clamp(min=1).to(_WIDE)
+    out = torch.promote_types(logp.dtype, torch.float32)
+    return per_row.mean().to(out)
 
 
 def _clipped_surrogate(

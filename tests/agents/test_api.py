@@ -178,3 +178,49 @@ def test_mnist_single_candidate_tpo_and_ce_run() -> None:
     ce = CE("MlpPolicy", env, seed=0)
     ce.learn(30 * ce.steps_per_iteration)
     assert np.mean([h["error"] for h in ce.history][-5:]) < 0.8
+
+
+@pytest.mark.parametrize("policy,env", [
+    ("MlpPolicy", "bandit"), ("MlpPolicy", "token"), ("TransformerPolicy", "token"), ("MlpPolicy", "mnist")])
+def test_predict_on_an_empty_batch_returns_no_actions(policy: str, env: str) -> None:
+    made = {"bandit": bandit_env, "token": token_env, "mnist": lambda: gym.make("tpo_gym/MNISTBandit-v0")}[env]()
+    model = TPO(policy, made, batch_size=4, seed=0)
+    shape = made.observation_space.shape
+    one, _ = model.predict(np.stack([made.observation_space.sample()]))
+    for empty in (np.zeros((0, *shape), dtype=made.observation_space.dtype), np.zeros((0, *shape)), []):
+        actions, state = model.predict(empty, deterministic=True)
+        assert state is None and actions.shape == (0,) and actions.dtype == one.dtype
+
+
+def test_predict_on_an_empty_list_of_questions_returns_no_completions() -> None:
+    from tests.agents.lm_toys import lm_kwargs, say_letter_env
+
+    model = TPO("CausalLMPolicy", say_letter_env(), policy_kwargs=lm_kwargs(), batch_size=2, group_size=2, seed=0)
+    texts, state = model.predict([])
+    assert state is None and texts.shape == (0,) and texts.dtype == object
+
+
+@pytest.mark.parametrize("bad", [[1], "net_arch", 3, {1: 2}])
+def test_policy_kwargs_that_is_not_a_dict_is_named(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"policy_kwargs must be None or a dict with str keys, got"):
+        TPO("MlpPolicy", bandit_env(), policy_kwargs=bad)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:1"])
+def test_cuda_device_without_cuda_is_refused_and_auto_falls_back(monkeypatch: pytest.MonkeyPatch,
+                                                                 device: str) -> None:
+    import torch
+
+    from tpo_gym.evaluation.runner import check_device  # what tpo-gym bench --device runs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"CUDA is not available on this machine \(allowed here: 'cpu', 'auto'\)"):
+        TPO("MlpPolicy", bandit_env(), device=device)
+    with pytest.raises(ValueError, match="CUDA is not available") as agent_error:
+        TPO("MlpPolicy", bandit_env(), device=torch.device(device))
+    with pytest.raises(ValueError) as cli_error:
+        check_device(device)
+    assert str(agent_error.value) == str(cli_error.value), "the agent says what tpo-gym bench --device says"
+    assert TPO("MlpPolicy", bandit_env(), device="auto").device.type == "cpu"
+    with pytest.raises(ValueError, match=r"device must be 'cpu', 'auto', 'cuda' or 'cuda:N', got 'tpu'"):
+        TPO("MlpPolicy", bandit_env(), device="tpu")

@@ -50,7 +50,8 @@ def test_tpo_gradient_is_p_minus_q_on_a_real_lm_forward() -> None:
         torch.testing.assert_close(full[name], g, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("cls,kw", [(TPO, {}), (GRPO, {"beta": 0.04}), (GRPO, {"mask_zero_variance": True})])
+@pytest.mark.parametrize("cls,kw", [(TPO, {}), (TPO, {"beta": 0.5}), (GRPO, {"beta": 0.04}),
+                                    (GRPO, {"mask_zero_variance": True})])
 def test_micro_batches_give_the_full_batch_gradient(cls: type, kw: dict[str, Any]) -> None:
     grads = []
     for micro in (None, 1, 3):
@@ -160,3 +161,111 @@ def test_bad_input_is_named() -> None:
         _agent(level="token")
     with pytest.raises(ValueError, match="needs policy_kwargs=\\{'model'"):
         TPO("CausalLMPolicy", say_letter_env())
+
+
+def test_the_callers_tokenizer_is_left_as_it_was() -> None:
+    tok = tiny_tokenizer()
+    tok.padding_side = "right"
+    tok.pad_token = None
+    model = TPO("CausalLMPolicy", say_letter_env(), batch_size=2, group_size=2, seed=0,
+                policy_kwargs={"model": tiny_llama(), "tokenizer": tok, "max_new_tokens": 4})
+    assert tok.padding_side == "right" and tok.pad_token is None, "the caller's tokenizer was changed"
+    assert model.policy.tokenizer.padding_side == "left" and model.policy.tokenizer.pad_token == "<eos>"
+
+
+def test_collapsed_target_fraction_counts_informative_groups_whose_best_gets_no_mass() -> None:
+    from tpo_gym.agents.tpo import collapsed_target_fraction
+
+    scores = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 0.0]])
+    q = torch.tensor([[0.001, 0.999, 0.0], [0.6, 0.4, 0.0], [1.0, 0.0, 0.0], [0.006, 0.006, 0.988]])
+    # group 0: collapsed; 1: not; 2: not informative (equal scores); 3: the best two share 0.012 > 0.01
+    assert collapsed_target_fraction(q, scores, None).item() == pytest.approx(1 / 3)
+    mask = torch.tensor([[True, True, False]] * 4)  # group 3's valid scores are now equal: 1 of 2 informative
+    assert collapsed_target_fraction(q, scores, mask).item() == pytest.approx(1 / 2)
+    assert torch.isnan(collapsed_target_fraction(q[2:3], scores[2:3], None))
+
+
+def test_a_collapsed_target_warns_once_and_is_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    import tpo_gym.agents.tpo as tpo_module
+
+    monkeypatch.setattr(tpo_module, "COLLAPSE_Q", 1.01)  # every informative group counts as collapsed
+    model = TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=8, seed=0, policy_kwargs=lm_kwargs())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(3 * model.steps_per_iteration)
+    fractions = [row["collapsed_target_fraction"] for row in model.history]
+    assert any(f == 1.0 for f in fractions), fractions
+    collapse = [w for w in caught if "target has collapsed" in str(w.message)]
+    assert len(collapse) == 1, [str(w.message) for w in caught]
+    assert "length_normalize" in str(collapse[0].message) and "eta" in str(collapse[0].message)
+    monkeypatch.setattr(tpo_module, "COLLAPSE_Q", -1.0)  # nothing collapses: no warning
+    quiet = TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=8, seed=0, policy_kwargs=lm_kwargs())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet.learn(quiet.steps_per_iteration)
+    assert not [w for w in caught if "target has collapsed" in str(w.message)]
+
+
+
+def test_tpo_kl_penalty_gradient_matches_an_independent_formula() -> None:
+    """TPO(beta): L = CE(q, softmax(l)) / G + beta / N sum_i sum_t m_it k3_it / n_i, with the per-token
+    k3_it = e^(r - l) - (r - l) - 1 against the initial model; checked after a step moved the policy."""
+    import copy
+
+    from tpo_gym.agents.lm import sequence_logprobs
+
+    model = _agent(policy_kwargs={"dtype": "float64"}, beta=0.5, learning_rate=1e-2, n_epochs=1)
+    initial = copy.deepcopy(model.policy.model)
+    model.learn(model.steps_per_iteration)  # the policy leaves the reference: the KL's gradient is not 0
+    batch = model.collect_rollouts()
+    fixed, _ = model.prepare(batch, batch.logp_old)
+    model.policy.optimizer.zero_grad(set_to_none=True)
+    model._accumulate_text_gradients(batch, fixed)
+    got = _grads(model)
+
+    model.policy.optimizer.zero_grad(set_to_none=True)
+    k, g = batch.group_size, batch.n_groups
+    prompts = batch.prompt_ids.repeat_interleave(k, dim=0)
+    masks = batch.prompt_mask.repeat_interleave(k, dim=0)
+    mask = batch.token_mask
+    token = sequence_logprobs(model.policy.model, prompts, masks, batch.completion_ids, mask)
+    with torch.no_grad():
+        ref = sequence_logprobs(initial, prompts, masks, batch.completion_ids, mask)
+    logp = token.sum(dim=1).view(g, k)
+    ce = -(fixed["q"] * torch.log_softmax(logp, dim=-1)).sum(dim=-1).mean()
+    delta = torch.where(mask, ref - token, torch.zeros_like(token))
+    kl = ((torch.exp(delta) - delta - 1).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+    assert kl.item() > 1e-8, "the policy moved: the KL to the initial model is not 0"
+    (ce + 0.5 * kl).backward()
+    want = _grads(model)
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, rtol=1e-8, atol=1e-12)
+    torch.testing.assert_close(batch.token_logp_ref, ref)
+
+
+def test_tpo_kl_reference_with_lora_is_the_base_model_without_a_copy() -> None:
+    from tpo_gym.agents.lm import sequence_logprobs
+
+    lora = {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}
+    model = _agent(policy_kwargs={"dtype": "float64", "lora": lora}, beta=0.1, learning_rate=1e-1, n_epochs=1)
+    model.learn(2 * model.steps_per_iteration)
+    assert model.policy.reference is None  # no second copy of the model
+    batch = model.collect_rollouts()
+    k = batch.group_size
+    base = tiny_llama().to(torch.float64)  # the same initial weights, no adapters
+    with torch.no_grad():
+        ref = sequence_logprobs(base, batch.prompt_ids.repeat_interleave(k, dim=0),
+                                batch.prompt_mask.repeat_interleave(k, dim=0), batch.completion_ids, batch.token_mask)
+    torch.testing.assert_close(batch.token_logp_ref, ref)
+    assert not torch.allclose(batch.logp_old, batch.logp_ref), "the adapters moved the policy off its base"
+
+
+def test_tpo_beta_needs_a_language_model() -> None:
+    from tests.agents.conftest import bandit_env
+
+    with pytest.raises(ValueError, match="beta"):
+        TPO("MlpPolicy", bandit_env(), beta=0.1)
+    with pytest.raises(ValueError, match="beta"):
+        _agent(beta=-1.0)

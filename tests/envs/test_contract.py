@@ -1,18 +1,43 @@
-"""The env contract the agents rely on: batched spaces, ``info["score"]`` / ``info["error"]``, ``reward_credit``."""
+"""The env contract the agents rely on, for every registered id: the group API (``check_group_env``), batched
+spaces, ``info["score"]`` / ``info["error"]``, ``reward_credit``."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector.utils import batch_space
 
 from tests.envs.conftest import ALL_IDS, NATIVE_IDS, fast_kwargs
+from tpo_gym.envs import GroupEnv, GroupVectorEnv, check_group_env
 
 EPISODE_CREDIT_IDS = {"tpo_gym/TokenReversalTerminal-v0"}
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_every_registered_env_passes_check_group_env(env_id: str) -> None:
+    """Gymnasium's checker and the group checks, without a warning, on the single env, its native vector env
+    and that env's on-device form (on the CPU) where they exist."""
+    kw = fast_kwargs(env_id)
+    envs: list[Any] = [gym.make(env_id, **kw)]
+    spec = gym.spec(env_id)
+    if env_id in NATIVE_IDS:
+        envs.append(gym.make_vec(env_id, num_envs=4, vectorization_mode="vector_entry_point", **kw))
+        tensor_env = load_env_creator(spec.vector_entry_point).tensor_env
+        if tensor_env is not None:
+            envs.append(tensor_env(num_envs=4, device="cpu", **{**spec.kwargs, **kw}))
+    assert isinstance(envs[0].unwrapped, GroupEnv)
+    assert all(isinstance(venv, GroupVectorEnv) for venv in envs[1:])
+    for env in envs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_group_env(env)
+        env.close()
 
 
 @pytest.mark.parametrize("env_id", NATIVE_IDS)

@@ -36,6 +36,19 @@ def test_group_rollout_envs_from_factory_and_bad_args() -> None:
         group_rollout_envs("CartPole-v1", group_size=2, vectorization_mode="vector_entry_point")
 
 
+def test_group_reset_gives_each_group_of_copies_its_own_seed() -> None:
+    venv = group_rollout_envs("CartPole-v1", group_size=6)
+    obs, _ = group_reset(venv, seed=np.array([5, 9, 5]))  # three groups of two, as the agents' rollouts use it
+    np.testing.assert_array_equal(obs, venv.reset(seed=[5, 5, 9, 9, 5, 5])[0])
+    assert (obs[0] == obs[1]).all() and (obs[2] == obs[3]).all() and not np.array_equal(obs[1], obs[2])
+    np.testing.assert_array_equal(obs[4:], obs[:2])
+    with pytest.raises(ValueError, match=r"num_envs=6 divisible by G, got 4 seeds"):
+        group_reset(venv, seed=[1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"^seed\[1\] must be an integer >= 0"):
+        group_reset(venv, seed=[1, -2])
+    venv.close()
+
+
 def test_score_candidates_through_wrappers() -> None:
     env = gym.make("tpo_gym/Bandit-v0", n_arms=4, correct_arm=1)
     env.reset(seed=0)

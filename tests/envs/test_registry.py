@@ -1,4 +1,6 @@
-"""Every registered ``tpo_gym/`` id: checkers, determinism, pickling, spec round trip, vectorisation."""
+"""Every registered ``tpo_gym/`` id: SB3's checker, determinism, pickling, spec round trip, vectorisation.
+
+Gymnasium's checker runs inside ``check_group_env`` (tests/envs/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env as gym_check_env
 from gymnasium.utils.env_checker import data_equivalence
 
 import tpo_gym
@@ -36,17 +37,6 @@ def test_registration_is_idempotent() -> None:
         tpo_gym.envs.register_envs()
     after = {k: v for k, v in gym.registry.items() if k.startswith("tpo_gym/")}
     assert before == after
-
-
-@pytest.mark.parametrize("env_id", ALL_IDS)
-def test_gymnasium_check_env(env_id: str) -> None:
-    env = gym.make(env_id, **fast_kwargs(env_id))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        gym_check_env(env.unwrapped, skip_render_check=True)
-    # No warning is expected: the checker's render warning is skipped (no render modes).
-    assert [str(w.message) for w in caught] == []
-    env.close()
 
 
 @pytest.mark.parametrize("env_id", [i for i in ALL_IDS if i != "tpo_gym/ReasoningGym-v0"])

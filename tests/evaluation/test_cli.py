@@ -141,7 +141,7 @@ def test_presets_lists_every_preset_with_runs_and_cost(capsys: pytest.CaptureFix
 def test_presets_name_shows_settings_methods_seeds_runs_and_cost(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, ["presets", "quick", "--seeds", "2", "--workers", "2"])
     assert code == 0
-    assert "seeds:   2 (0..1); the preset default is 3" in out and "runs:    20 " in out
+    assert "seeds:   2 (0..1); the preset default is 3" in out and "runs:    40 " in out
     for setting in ("single-context bandit", "multi-context bandit", "rev. copy V=2 H=5"):
         assert setting in out
     assert "TPO, GRPO, PPO, DG" in out and "estimated cost:" in out and "--workers 2" in out
@@ -334,3 +334,109 @@ def test_report_flags_name_the_bad_value(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2 and "--settings nope: preset 'pieces' has no setting 'nope'" in err and "manifest" not in err
     code, _, err = _run(capsys, ["report", str(out), "--methods", " , "])
     assert code == 2 and "--methods" in err and "names nothing" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# another preset's report in --out; empty selections; run counts that would not fit in memory
+# ---------------------------------------------------------------------------------------------
+OTHER = dict(PIECES, name="other", settings=[dict(PIECES["settings"][0], name="c")])
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+
+def test_bench_of_another_preset_in_out_is_refused_unless_replace_preset(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    pieces, other = write_preset(tmp_path, PIECES, "pieces.json"), write_preset(tmp_path, OTHER, "other.json")
+    _bench(capsys, pieces, out, "--settings", "a", "--seeds", "1")
+    before = _files(out)
+    code, _, err = _run(capsys, ["bench", "--preset", str(other), "--out", str(out), "--no-progress"])
+    line = _one_line_error(err)
+    assert code == 2 and "'pieces'" in line and "'other'" in line and "--replace-preset" in line
+    assert _files(out) == before and len(list((out / "runs").iterdir())) == 2, "nothing written, nothing run"
+
+    _bench(capsys, other, out, "--replace-preset", "--seeds", "1")
+    assert (out / "report.md").read_text().startswith("# other: benchmark report")
+    assert json.loads((out / "manifest.json").read_text())["preset"]["name"] == "other"
+    assert len(list((out / "runs").iterdir())) == 4, "the runs of 'pieces' are kept"
+
+    code, stdout, err = _run(capsys, ["report", str(out), "--preset", "pieces"])  # back: as it was
+    assert code == 0, err
+    text = (out / "report.md").read_text()
+    assert text.startswith("# pieces: benchmark report") and "not run yet" not in text and "| DG |" in text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["preset"]["name"] == "pieces" and manifest["seeds"] == 1
+    assert [s["name"] for s in manifest["preset"]["settings"]] == ["a"] and len(manifest["invocations"]) == 1
+    assert _run(capsys, ["report", str(out), "--preset", "other"])[0] == 0
+    assert (out / "report.md").read_text().startswith("# other: benchmark report")
+    code, _, err = _run(capsys, ["report", str(out), "--preset", "nope"])
+    assert code == 2 and "--preset nope" in err and "unknown preset 'nope'" in err
+
+
+def test_replace_preset_never_overwrites_another_presets_stored_run(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, PIECES, "pieces.json"), out, "--settings", "a", "--seeds", "1")
+    clash = dict(PIECES, name="clash", settings=[dict(PIECES["settings"][0], params={"n_arms": 5, "steps": 4})])
+    before = {p.name: p.read_bytes() for p in (out / "runs").iterdir()}
+    code, _, err = _run(capsys, ["bench", "--preset", str(write_preset(tmp_path, clash, "clash.json")), "--out",
+                                 str(out), "--no-progress", "--replace-preset", "--seeds", "1"])
+    line = _one_line_error(err)
+    assert code == 2 and "would overwrite the stored run of preset 'pieces'" in line
+    assert {p.name: p.read_bytes() for p in (out / "runs").iterdir()} == before
+
+
+def test_bench_help_documents_replace_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, ["bench", "--help"])
+    assert code == 0 and "--replace-preset" in out
+    code, out, _ = _run(capsys, ["report", "--help"])
+    assert code == 0 and "--preset" in out
+
+
+@pytest.mark.parametrize("flag,value", [("--settings", ""), ("--methods", ""), ("--setups", ""),
+                                        ("--settings", " , "), ("--out", "")])
+def test_an_empty_selection_is_an_error_not_everything(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                       flag: str, value: str) -> None:
+    preset = str(write_preset(tmp_path, PIECES))
+    for argv in (["bench", "--preset", preset, "--list"], ["bench", "--preset", preset, "--out", str(tmp_path / "o")]):
+        code, stdout, err = _run(capsys, [*argv, flag, value])
+        assert code == 2 and not stdout and f"{flag} {value!r} names no" in _one_line_error(err)
+    assert not (tmp_path / "o").exists(), "nothing ran"
+    for value in ("", "0"):
+        code, _, err = _run(capsys, ["bench", "--preset", preset, "--list", "--seeds", value])
+        assert code == 2 and "--seeds must be" in err and "Traceback" not in err
+
+
+def _run_limited(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """``tpo-gym argv`` in a process allowed 1.5 GiB of data (a run count that grows memory fails fast)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (1536 << 20, 1536 << 20))
+
+    done = subprocess.run([sys.executable, "-m", "tpo_gym.evaluation.cli", *argv], capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit_memory, cwd=cwd)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("argv", [["bench", "--preset", "quick", "--seeds", "1000000000000", "--list"],
+                                  ["bench", "--preset", "quick", "--seeds", "1000000000000", "--out", "OUT"]])
+def test_a_seed_count_too_large_for_memory_is_refused_at_once(tmp_path: Path, argv: list[str]) -> None:
+    """Refused before any run spec is made: in a process allowed 1.5 GiB of data, within seconds."""
+    code, stdout, err = _run_limited([str(tmp_path / "o") if a == "OUT" else a for a in argv], tmp_path)
+    line = _one_line_error(err)
+    assert code == 2 and not stdout
+    assert "--seeds 1000000000000:" in line and "at most 100000 runs are allowed" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_seeds_beyond_the_run_limit_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    _bench(capsys, write_preset(tmp_path, PIECES), out, "--settings", "a", "--methods", "DG", "--seeds", "1")
+    before = _files(out)
+    code, _, err = _run_limited(["report", str(out), "--seeds", "1000000000000"], tmp_path)
+    assert code == 2 and "--seeds 1000000000000:" in _one_line_error(err) and _files(out) == before

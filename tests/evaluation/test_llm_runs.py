@@ -52,6 +52,20 @@ def test_llm_run_rows_and_resume_from_checkpoint(model_dir: Path, tmp_path: Path
     assert json.dumps(resumed["rows"], sort_keys=True) == json.dumps(rows, sort_keys=True)
 
 
+def test_lora_llm_run_resumes_from_its_adapter_checkpoint(model_dir: Path, tmp_path: Path) -> None:
+    def spec(steps: int) -> dict[str, Any]:
+        out = _spec(model_dir, steps, tmp_path / "ckpt")
+        out["params"]["policy_kwargs"]["lora"] = {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}
+        return out
+
+    first = execute_run(spec(1))
+    assert first["status"] == "ok", first["traceback"]
+    assert (tmp_path / "ckpt" / "agent" / "adapter").is_dir()
+    resumed = execute_run(spec(2))  # the base model comes from the run's settings, never from the file
+    assert resumed["status"] == "ok", resumed["traceback"]
+    assert [r["step"] for r in resumed["rows"]] == [0, 1, 2]
+
+
 def test_llm_preset_through_the_cli(model_dir: Path, tmp_path: Path) -> None:
     preset = {
         "name": "tiny-llm", "description": "test-only LLM preset", "paper_ref": "none (tests)", "seeds": 1,

@@ -171,7 +171,7 @@ def test_subset_by_setup() -> None:
     with pytest.raises(PresetError, match="no setup 'refrence'. Did you mean: reference"):
         load_preset("table1").subset(setups=["refrence"])
     with pytest.raises(PresetError, match="has no setups"):
-        load_preset("quick").subset(setups=["reference"])
+        load_preset("llm-smoke").subset(setups=["reference"])
 
 
 def _with_setups(**setup) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -178,8 +179,8 @@ def test_bad_configs_name_the_setting(tmp_path: Path) -> None:
         make(per_device_train_batch_size=2, gradient_accumulation_steps=2, num_iterations=2, target_update="weights")
     with pytest.raises(ValueError, match="no exact TPO update"):
         make(per_device_train_batch_size=2, gradient_accumulation_steps=2, num_iterations=2)
-    with pytest.raises(ValueError, match="beta"):
-        make(beta=0.04)
+    with pytest.raises(ValueError, match="loss_type"):
+        make(loss_type="grpo")
     with pytest.raises(ValueError, match="top_entropy_quantile"):
         make(top_entropy_quantile=0.2)
     with pytest.raises(ValueError, match="mask_truncated_completions"):
@@ -292,3 +293,20 @@ def test_example_script_runs_on_the_tiny_model(tmp_path: Path) -> None:
     summary = module.main(["--steps", "1", "--num-generations", "4", "--prompts-per-step", "1",
                            "--max-completion-length", "6", "--size", "20", "--output-dir", str(tmp_path)])
     assert summary["steps"] == 1 and summary["target_update"] == "groups" and len(summary["reward"]) == 1
+
+
+def test_example_under_torchrun_is_one_run_of_two_processes(tmp_path: Path) -> None:
+    """The README's multi-process command: each process sees world size 2, and after a step both ranks
+    hold the same weights (one data-parallel run, not two independent copies)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           str(HERE.parents[1] / "examples" / "trl_target_po.py"), "--steps", "1", "--num-generations", "4",
+           "--prompts-per-step", "1", "--max-completion-length", "6", "--size", "20", "--learning-rate", "1e-2",
+           "--output-dir", str(tmp_path / "out"), "--report-dir", str(tmp_path / "ranks")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["world_size"] == 2 and r["torch_world_size"] == 2 for r in ranks), ranks
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"], "the ranks trained different weights"
+    assert all(r["steps"] == 1 for r in ranks)

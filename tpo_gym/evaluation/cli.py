@@ -10,6 +10,7 @@ Examples (see ``tpo-gym --help``)::
     tpo-gym bench --preset my_preset.json                 # a preset file of your own
     tpo-gym bench --preset mnist --backend ray            # runs on a Ray cluster (RAY_ADDRESS)
     tpo-gym report DIR                                    # rebuild DIR/report.md from stored runs
+    tpo-gym report DIR --preset quick                     # ... of another preset whose runs DIR keeps
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ def _names(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()] if text else None
 
 
+def _check_selection(command: str, args: argparse.Namespace) -> None:
+    """A selection flag given but naming nothing (``--settings ""``, ``--methods ,``) is an error, never "all"."""
+    for flag in ("settings", "methods", "setups"):
+        text = getattr(args, flag)
+        if text is not None and not _names(text):
+            _fail(command, f"--{flag} {text!r} names nothing: give comma-separated names, or leave --{flag} out "
+                           "for all")
+
+
+def _check_run_count(command: str, preset: Preset, seeds: int | None, flag: int | None) -> None:
+    """The selection's run count with ``seeds`` seeds fits (:data:`~tpo_gym.evaluation.presets.MAX_RUNS`),
+    checked before any run is made; else one line naming ``--seeds`` (``flag``: its value, if given) and the
+    limit."""
+    try:
+        preset.run_count(seeds)
+    except PresetError as exc:
+        _fail(command, f"--seeds {flag}: {exc}" if flag is not None else str(exc))
+
+
 def _presets_epilog() -> str:
     lines = ["presets (name: description [paper reference]; details: tpo-gym presets NAME):"]
     for name, path in available_presets().items():
@@ -120,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run only these setups of a preset with setups (reference, tuned: docs/method.md "
                             "section 4b; default: all, side by side)")
     bench.add_argument("--out", default=None, help="output directory (default: runs/<preset>)")
+    bench.add_argument("--replace-preset", action="store_true",
+                       help="when --out holds another preset's report: write this preset's report there instead "
+                            "(the other's runs are kept; tpo-gym report DIR --preset OTHER brings its report back). "
+                            "Without it that is an error")
     bench.add_argument("--backend", choices=("local", "ray"), default="local",
                        help="local worker processes, or a Ray cluster (pip install 'tpo-gym[ray]'; "
                             "connects to RAY_ADDRESS if set, else starts a local Ray with --workers CPUs)")
@@ -139,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "written by tpo-gym bench, from its manifest.json and stored runs (runs/*.json, or "
                                 "the rows of results.jsonl for runs without a record).", 100))
     report.add_argument("dir", help="a directory written by tpo-gym bench")
+    report.add_argument("--preset", default=None,
+                        help="report another preset whose runs DIR keeps (one that bench --replace-preset "
+                             "replaced there: its selection and seeds as they were; else the preset as a whole)")
     report.add_argument("--settings", default=None, metavar="A,B",
                         help="report these settings of the preset (default: those of the last bench run there)")
     report.add_argument("--methods", default=None, metavar="X,Y", help="report these methods")
@@ -278,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             preset = load_preset(args.name)
         except PresetError as exc:
             subs["presets"].error(str(exc))
+        _check_run_count("presets", preset, args.seeds, args.seeds)
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
 
@@ -287,19 +315,21 @@ def main(argv: list[str] | None = None) -> int:
         target = Path(args.dir)
         if target.exists() and not target.is_dir():
             _fail("report", f"{target} is not a directory")
-        flags = {"settings": args.settings, "methods": args.methods, "setups": args.setups}
-        for flag, text in flags.items():
-            if text is not None and not _names(text):
-                subs["report"].error(f"--{flag}: {text!r} names nothing; give comma-separated names or leave it out")
+        _check_selection("report", args)
+        if args.preset is not None and not args.preset.strip():
+            _fail("report", "--preset '' names no preset: give a preset name or file, or leave --preset out")
+        flags = {"preset": args.preset, "settings": args.settings, "methods": args.methods, "setups": args.setups}
         try:
             manifest = None
             if any(v is not None for v in flags.values()) or args.seeds is not None:
                 try:
                     manifest = select_report(target, _names(args.settings), _names(args.methods),
-                                             _names(args.setups), args.seeds)
+                                             _names(args.setups), args.seeds, args.preset)
                 except PresetError as exc:
                     given = ", ".join(f"--{k} {v}" for k, v in flags.items() if v is not None)
                     subs["report"].error(f"{given}: {exc}" if given else str(exc))
+                _check_run_count("report", Preset(data=manifest["preset"], source=str(target)), manifest["seeds"],
+                                 args.seeds)
             written = build_report(target, manifest)
         except NoStoredRuns as exc:
             _fail("report", str(exc), code=1)
@@ -312,24 +342,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {', '.join(sorted(written))} in {target}")
         return 0
 
-    from tpo_gym.evaluation.runner import BackendError, bench, check_device, require_ray
+    from tpo_gym._validation import check_device
+    from tpo_gym.evaluation.runner import BackendError, PresetMismatch, bench, require_ray
 
     try:
         check_device(args.device)
     except ValueError as exc:
         subs["bench"].error(f"--device: {exc}")
+    _check_selection("bench", args)
+    if args.out is not None and not args.out.strip():
+        _fail("bench", "--out '' names no directory: give one, or leave --out out for runs/<preset>")
     try:
         preset = load_preset(args.preset)
-        if args.settings or args.methods or args.setups:
+        if args.settings is not None or args.methods is not None or args.setups is not None:
             preset = preset.subset(_names(args.settings), _names(args.methods), _names(args.setups))
         if args.backend == "ray" and not args.list:
             require_ray()
     except (PresetError, BackendError) as exc:
         subs["bench"].error(str(exc))
+    _check_run_count("bench", preset, args.seeds, args.seeds)
     if args.list:
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
-    out = Path(args.out) if args.out else Path("runs") / preset.name
+    out = Path(args.out) if args.out is not None else Path("runs") / preset.name
     problem = _check_out(out)
     if problem:
         _fail("bench", problem)
@@ -340,12 +375,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
                         command=command, progress=not args.no_progress, device=args.device,
-                        seed_batch=args.seed_batch)
+                        seed_batch=args.seed_batch, replace_preset=args.replace_preset)
         build_report(out)
     except KeyboardInterrupt:
         _fail("bench", f"interrupted; the finished runs are stored in {out}: the same command resumes", code=130)
     except OSError as exc:
         _fail("bench", f"cannot write under {out}: {exc.strerror or exc}", code=1)
+    except PresetMismatch as exc:
+        fix = ("use another --out" if args.replace_preset else
+               f"use another --out, or --replace-preset to write {exc.wanted!r}'s report there (the runs of "
+               f"{exc.stored!r} are kept: tpo-gym report {shlex.quote(str(out))} --preset "
+               f"{shlex.quote(exc.stored)} rebuilds its report)")
+        _fail("bench", f"{exc}: {fix}")
     except ValueError as exc:  # a damaged manifest.json in --out
         _fail("bench", str(exc))
     finally:

@@ -12,7 +12,7 @@ Kinds
     ``params`` are that function's keyword arguments; logged rows ``step, error, misalignment``.
 ``token``
     an agent on a token task: ``params = {"env_id", "env_kwargs", "episodes", "policy"?,
-    "agent_kwargs"}``; ``learn(episodes * model.steps_per_iteration)``; rows are
+    "agent_kwargs", "setup"?}``; ``learn(episodes * model.steps_per_iteration)``; rows are
     ``model.history`` (``step`` = 0-indexed iteration = paper episode, ``error`` = 1 - mean
     training reward, and the agent's diagnostics).
 ``mnist``
@@ -94,6 +94,8 @@ def make_agent(
     class ``tpo_gym.<algo>``; ``params["policy"]`` (default :data:`DEFAULT_POLICY` of the kind) is
     its policy argument. ``env`` is a Gymnasium env instance. ``policy_kwargs`` of the two are merged
     key by key (a method can add ``{"setup": "reference"}`` to the setting's policy settings).
+    ``params["setup"]`` (the key the tabular kinds take, so one preset setup can name it for every kind)
+    is the policy's ``setup`` unless ``policy_kwargs`` name one.
     """
     import tpo_gym
 
@@ -104,6 +106,8 @@ def make_agent(
     kwargs = {**shared, **method_kwargs}
     if "policy_kwargs" in shared and "policy_kwargs" in method_kwargs:
         kwargs["policy_kwargs"] = {**shared["policy_kwargs"], **method_kwargs["policy_kwargs"]}
+    if "setup" in params:
+        kwargs["policy_kwargs"] = {"setup": params["setup"], **kwargs.get("policy_kwargs", {})}
     return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, device=device, **kwargs)
 
 
@@ -228,7 +232,9 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
     ckpt = Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None
     cls = getattr(tpo_gym, spec["algo"])
     if ckpt is not None and (ckpt / "rows.json").is_file() and (ckpt / "agent").is_dir():
-        model = cls.load(ckpt / "agent", env=env, device=spec.get("device", "cpu"))
+        pk = p.get("policy_kwargs", {})
+        base = {"policy_kwargs": {"model": pk["model"]}} if pk.get("lora") is not None else {}  # LoRA: adapter only
+        model = cls.load(ckpt / "agent", env=env, device=spec.get("device", "cpu"), **base)
         rows = read_json(ckpt / "rows.json")["rows"]
     else:
         params = {**p, "policy": "CausalLMPolicy",

@@ -48,8 +48,12 @@ from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 
-__all__ = ["CHECK_TESTS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups", "load_preset",
-           "resolve_names", "setup_setting_name", "validate_preset"]
+__all__ = ["CHECK_TESTS", "MAX_RUNS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups",
+           "load_preset", "resolve_names", "setup_setting_name", "validate_preset"]
+
+#: The most runs one preset selection may expand into (method x setting x seed): the largest paper preset
+#: has under 1,000; a million runs' specs alone take gigabytes, so a larger count is refused before any is made.
+MAX_RUNS = 100_000
 
 #: The tests a claim check may name (evaluated by :mod:`tpo_gym.evaluation.claims`).
 CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "worst_setting")
@@ -230,9 +234,26 @@ class Preset:
         validate_preset(data, source=f"{self.source} (subset)")
         return Preset(data=data, source=self.source, whole=self.whole_data)
 
-    def runs(self, n_seeds: int | None = None) -> list[RunSpec]:
-        """Expand into independent runs, seeds ``0 .. n_seeds-1`` (default: the preset's count)."""
+    def run_count(self, n_seeds: int | None = None) -> int:
+        """How many runs :meth:`runs` makes with ``n_seeds`` seeds (default: the preset's count), counted
+        without making them.
+
+        :raises PresetError: more than :data:`MAX_RUNS` runs (naming the seeds and the most that fit).
+        """
         n = self.seeds if n_seeds is None else n_seeds
+        per_seed = sum(len(self.setting_methods(s)) for s in self.settings)
+        if n * per_seed > MAX_RUNS:
+            raise PresetError(f"{n} seeds x {per_seed} runs per seed of preset {self.name!r} = {n * per_seed} runs; "
+                              f"at most {MAX_RUNS} runs are allowed (seeds <= {MAX_RUNS // per_seed} here)")
+        return n * per_seed
+
+    def runs(self, n_seeds: int | None = None) -> list[RunSpec]:
+        """Expand into independent runs, seeds ``0 .. n_seeds-1`` (default: the preset's count).
+
+        :raises PresetError: more than :data:`MAX_RUNS` runs (see :meth:`run_count`).
+        """
+        n = self.seeds if n_seeds is None else n_seeds
+        self.run_count(n)
         out = []
         for setting in self.settings:
             for method in self.setting_methods(setting):
@@ -435,8 +456,8 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             _fail(source, f"field {key!r} must be {typ.__name__}")
     if "\n" in data["description"] or not data["description"].strip():
         _fail(source, "description must be one non-empty line")
-    if data["seeds"] < 1:
-        _fail(source, f"seeds must be >= 1, got {data['seeds']}")
+    if not 1 <= data["seeds"] <= MAX_RUNS:
+        _fail(source, f"seeds must be >= 1 and <= {MAX_RUNS}, got {data['seeds']}")
     if not data["settings"] or not data["methods"] or not data["metrics"]:
         _fail(source, "settings, methods and metrics must be non-empty")
 

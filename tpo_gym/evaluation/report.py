@@ -37,7 +37,7 @@ from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
-from tpo_gym.evaluation.runner import load_record, record_path
+from tpo_gym.evaluation.runner import load_record, record_path, switch_preset
 
 __all__ = ["DIAGNOSTIC_KEYS", "PALETTE", "BadManifest", "NoStoredRuns", "Scale", "build_report", "method_colors",
            "zero_safe_scale"]
@@ -770,6 +770,9 @@ _DIAG_TERMS = {
     "entropy_q": ("`entropy_q` / `entropy_p_old`: mean entropy (nats) of the target q and of pi_old renormalised "
                   "over each group's K completions (near 0: one completion takes all the weight)"),
     "completion_length": "`completion_length`: mean completion length in tokens (up to and including EOS)",
+    "collapsed_target_fraction": ("`collapsed_target_fraction`: fraction of the informative groups (scores not all "
+                                  "equal) whose best-scored completions get at most 1% of the target q (TPO): "
+                                  "p_old is near one-hot there, so the update is near zero"),
 }
 
 
@@ -1045,18 +1048,26 @@ def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
     except ValueError as exc:
         raise BadManifest(f"{manifest_path} is not valid JSON ({exc}); move it away and rerun `tpo-gym bench` "
                           "with the same --out to write a new one (the stored runs are kept)") from None
+    _check_manifest(manifest, str(manifest_path))
+    return manifest_path, manifest
+
+
+def _check_manifest(manifest: Any, where: str) -> None:
+    """:class:`BadManifest` unless ``manifest`` (or one entry of its ``other_presets``, ``where`` naming it)
+    holds a valid preset and a seed count it can expand (at most
+    :data:`~tpo_gym.evaluation.presets.MAX_RUNS` runs)."""
     seeds = manifest.get("seeds") if isinstance(manifest, dict) else None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("preset"), dict) \
             or isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise BadManifest(f"{manifest_path} is not a manifest written by tpo-gym bench: it needs a JSON object "
+        raise BadManifest(f"{where} is not a manifest written by tpo-gym bench: it needs a JSON object "
                           "with a 'preset' object and 'seeds' (an integer >= 1)")
     try:
-        validate_preset(manifest["preset"], source=str(manifest_path))
+        validate_preset(manifest["preset"], source=where)
         if isinstance(manifest.get("whole_preset"), dict):
-            validate_preset(manifest["whole_preset"], source=f"{manifest_path} (whole_preset)")
+            validate_preset(manifest["whole_preset"], source=f"{where} (whole_preset)")
+        Preset(data=manifest["preset"], source=where).run_count(seeds)
     except PresetError as exc:
         raise BadManifest(str(exc)) from None
-    return manifest_path, manifest
 
 
 def _packaged(name: str, source: str) -> bool:
@@ -1067,7 +1078,8 @@ def _packaged(name: str, source: str) -> bool:
 
 
 def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
-                  setups: list[str] | None = None, seeds: int | None = None) -> dict[str, Any]:
+                  setups: list[str] | None = None, seeds: int | None = None,
+                  preset: str | None = None) -> dict[str, Any]:
     """The manifest of ``out`` pointed at another selection of its preset's runs; nothing runs, nothing is
     written (pass the result to :func:`build_report`, which writes it once the report is built).
 
@@ -1078,11 +1090,18 @@ def select_report(out: str | Path, settings: list[str] | None = None, methods: l
     invocations that filled one directory piece by piece (a method at a time, say) are reported
     together this way.
 
+    ``preset``: report another preset whose runs ``out`` stores (a bench with ``replace_preset`` made
+    another preset's the report there): the selection and seeds it had there when replaced, else the
+    named preset or preset file as a whole with its default seeds.
+
     :raises FileNotFoundError: ``out`` has no ``manifest.json``.
     :raises BadManifest: the manifest cannot be read.
-    :raises PresetError: a name outside the preset (with close matches), an empty list, or seeds < 1.
+    :raises PresetError: a name outside the preset (with close matches), an empty list, seeds < 1, or an
+        unknown ``preset``.
     """
     manifest_path, manifest = _read_manifest(Path(out))
+    if preset is not None and preset != manifest["preset"]["name"]:
+        manifest = _other_preset(manifest, preset, manifest_path)
     source = manifest.get("preset_source", str(manifest_path))
     current = Preset(data=manifest["preset"], source=source)
     if _packaged(current.name, source):
@@ -1106,6 +1125,21 @@ def select_report(out: str | Path, settings: list[str] | None = None, methods: l
             raise PresetError(f"seeds must be an integer >= 1, got {seeds!r}")
         manifest["seeds"] = seeds
     return dict(manifest, preset=chosen.data, whole_preset=chosen.whole_data, preset_source=chosen.source)
+
+
+def _other_preset(manifest: dict[str, Any], name: str, manifest_path: Path) -> dict[str, Any]:
+    """``manifest`` switched to preset ``name``: as kept under its ``other_presets``, else loaded (a
+    packaged name or a preset file) with its default seeds."""
+    kept = manifest.get("other_presets")
+    kept = kept if isinstance(kept, dict) else {}
+    chosen = None if name in kept else load_preset(name)
+    if chosen is not None and chosen.name in kept:
+        name, chosen = chosen.name, None
+    if chosen is None:
+        _check_manifest(kept[name], f"{manifest_path} (other_presets.{name})")
+        return switch_preset(manifest, name)
+    return dict(switch_preset(manifest, chosen.name), preset=chosen.data, whole_preset=chosen.whole_data,
+                preset_source=chosen.source, seeds=chosen.seeds)
 
 
 def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Path]:

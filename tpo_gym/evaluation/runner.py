@@ -8,7 +8,10 @@ Layout of an output directory ``OUT``:
   failed and missing runs are (re)executed.
 * ``OUT/manifest.json`` -- the preset as run (and the whole preset it was selected from), the seed
   count, the command and the wall time of each invocation;
-  :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone.
+  :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone. One preset's
+  report per directory: a bench of another preset there is refused unless ``replace_preset``, which
+  keeps the replaced preset's entry under ``other_presets`` (its runs stay; no run of one preset ever
+  overwrites another's).
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tpo_gym._validation import check_device
 from tpo_gym.evaluation._io import atomic_write_json, make_dirs, read_json
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
-__all__ = ["BACKENDS", "BenchSummary", "BackendError", "bench", "record_path", "load_record", "require_ray"]
+__all__ = ["BACKENDS", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path", "load_record",
+           "require_ray", "switch_preset"]
 
 BACKENDS = ("local", "ray")
 RAY_HINT = "pip install 'tpo-gym[ray]'"
@@ -39,6 +44,15 @@ RAY_HINT = "pip install 'tpo-gym[ray]'"
 
 class BackendError(RuntimeError):
     """The requested execution backend cannot be used (e.g. Ray is not installed)."""
+
+
+class PresetMismatch(ValueError):
+    """The output directory holds the report of another preset (:attr:`stored`), which a bench of
+    :attr:`wanted` would replace."""
+
+    def __init__(self, message: str, stored: str, wanted: str) -> None:
+        super().__init__(message)
+        self.stored, self.wanted = stored, wanted
 
 
 @dataclass
@@ -86,6 +100,47 @@ def _previous_manifest(path: Path) -> dict[str, Any]:
                          "new one: the stored runs under runs/ are kept and reused")
     manifest.setdefault("invocations", [])
     return manifest
+
+
+def switch_preset(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    """``manifest`` made the manifest of preset ``name``: the current preset's fields (its selection, seeds,
+    invocations, ...) are kept under ``other_presets[<its name>]``, and those ``name`` left there earlier
+    come back (none: a manifest with no invocations yet). Unchanged when ``name`` is the current preset or
+    the manifest names none."""
+    preset, others = manifest.get("preset"), manifest.get("other_presets")
+    current = preset.get("name") if isinstance(preset, dict) else None
+    if current is None or current == name:  # no preset named yet (a new or damaged manifest): nothing to keep
+        return manifest
+    others = dict(others) if isinstance(others, dict) else {}
+    others[current] = {k: v for k, v in manifest.items() if k != "other_presets"}
+    kept = others.pop(name, None)
+    switched = dict(kept) if isinstance(kept, dict) else {}
+    if not isinstance(switched.get("invocations"), list):
+        switched["invocations"] = []
+    return {**switched, "other_presets": others} if others else switched
+
+
+def _check_replace(out: Path, manifest: dict[str, Any], preset: Preset, runs: list[RunSpec],
+                   replace_preset: bool) -> None:
+    """Refuse a bench of ``preset`` in ``out`` when it holds another preset's report (unless
+    ``replace_preset``), and always when one of ``runs`` would overwrite another preset's stored run."""
+    stored = manifest.get("preset", {}).get("name") if isinstance(manifest.get("preset"), dict) else None
+    if stored is None or stored == preset.name:
+        return
+    if not replace_preset:
+        raise PresetMismatch(f"{out} holds the report and runs of preset {stored!r}, not {preset.name!r}",
+                             stored, preset.name)
+    for spec in runs:
+        path = record_path(out, spec)
+        try:
+            rec = read_json(path) if path.is_file() else None
+        except (OSError, ValueError):
+            continue
+        ran = rec.get("spec") if isinstance(rec, dict) else None
+        owner = ran.get("preset") if isinstance(ran, dict) else None
+        if owner not in (None, preset.name) and isinstance(rec, dict) and rec.get("config_hash") != spec.config_hash:
+            raise PresetMismatch(f"run {spec.run_id} of preset {preset.name!r} would overwrite the stored run of "
+                                 f"preset {owner!r} with that id in {out}", owner, preset.name)
 
 
 def require_ray() -> Any:
@@ -214,22 +269,6 @@ def seed_batches(specs: list[dict[str, Any]], seed_batch: int) -> list[list[dict
     return tasks
 
 
-def check_device(device: Any) -> str:
-    """``device`` if torch can use it here, else ``ValueError`` naming it and what is allowed."""
-    import torch
-
-    text = str(device)
-    if text in ("cpu", "auto"):
-        return text
-    if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {text!r}: CUDA is not available on this machine (allowed here: 'cpu', 'auto')")
-        if text.startswith("cuda:") and int(text[5:]) >= torch.cuda.device_count():
-            raise ValueError(f"device {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        return text
-    raise ValueError(f"device must be 'cpu', 'auto', 'cuda' or 'cuda:N', got {device!r}")
-
-
 def bench(
     preset: Preset,
     out: str | os.PathLike[str],
@@ -240,6 +279,7 @@ def bench(
     progress: bool = True,
     device: str = "cpu",
     seed_batch: int = 1,
+    replace_preset: bool = False,
 ) -> BenchSummary:
     """Run every missing run of ``preset`` and store it under ``out`` (the report is built separately).
 
@@ -254,6 +294,11 @@ def bench(
         (:class:`~tpo_gym.agents.SeedBatch`; token and MNIST runs). Still one record per seed; a batch
         that fails runs each of its seeds again alone (one bad seed fails only itself). Not part of a
         run's identity either.
+    :param replace_preset: when ``out`` holds the report of another preset: make this preset's the report
+        there (the other's manifest entry is kept under ``other_presets`` and its stored runs stay, so
+        :func:`~tpo_gym.evaluation.report.select_report` can rebuild its report). Without it that is a
+        :class:`PresetMismatch`, as is (always) a run that would overwrite another preset's stored run.
+    :raises PresetError: more runs than :data:`~tpo_gym.evaluation.presets.MAX_RUNS`.
     """
     device = check_device(device)
     if backend not in BACKENDS:
@@ -265,19 +310,22 @@ def bench(
     n_seeds = preset.seeds if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {n_seeds}")
+    preset.run_count(n_seeds)  # a count that would not fit in memory: refused before any run is made
     if backend == "ray":
         require_ray()
     out = Path(out)
-    make_dirs(out / "runs")
     manifest_path = out / "manifest.json"
     manifest = _previous_manifest(manifest_path)
+    runs = preset.runs(n_seeds)
+    _check_replace(out, manifest, preset, runs, replace_preset)
+    manifest = switch_preset(manifest, preset.name)
+    make_dirs(out / "runs")
     manifest.update(preset=preset.data, whole_preset=preset.whole_data, preset_source=preset.source, seeds=n_seeds,
                     command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device,
                     seed_batch=seed_batch)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
-    runs = preset.runs(n_seeds)
     todo = [r for r in runs if (rec := load_record(out, r)) is None or rec.get("status") != "ok"]
     by_id = {r.run_id: r for r in todo}
     t0 = time.perf_counter()

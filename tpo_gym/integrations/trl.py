@@ -36,16 +36,55 @@ one of two exact forms (``TargetPOConfig.target_update``):
 * ``"auto"`` (default): ``"groups"`` where its condition holds, else ``"weights"``. A configuration
   where the chosen form is not exact raises ``ValueError`` naming the settings.
 
-Old log-probs come from the trainer's own forward (never vLLM's sampling log-probs), at the
-sampling temperature as TRL computes them. With vLLM, TRL's importance-sampling correction of the
-GRPO loss is not applied to TPO's loss (the target already uses the trainer's log-probs). Text
-models only (no image inputs). Settings of GRPO's loss that TPO does not have (``beta != 0``,
-entropy masks and bonuses, off-policy masks, ``mask_truncated_completions``, Liger's fused GRPO
-loss, ``multi_objective_aggregation="normalize_then_sum"``) raise ``ValueError``; GRPO's
-``loss_type``, ``scale_rewards``, ``epsilon*`` and ``importance_sampling_level`` are not used.
+**KL to a frozen reference** (``beta``, default 0; the paper's GSM8K recipe uses 1e-3 with LoRA
+r=32). With ``beta > 0`` the loss is TPO's plus :math:`\beta` times GRPO's per-token k3 estimator
+against the reference policy, averaged over each completion's tokens and then over the completions
+(:func:`k3_kl`; GRPO's ``loss_type="grpo"`` averaging, whatever ``loss_type`` holds). The reference
+is GRPOTrainer's own: a frozen copy of the initial model, or, with a PEFT adapter, the same model
+with the adapter disabled (no second copy); ``sync_ref_model`` works as in GRPO. The plain k3
+estimator is used (``use_bias_correction_kl`` must stay ``False``, ``TargetPOConfig``'s default).
 
-Logged (besides TRL's reward, length and timing metrics): ``target/entropy_q``,
-``target/entropy_p_old``, ``target/zero_variance_fraction``, ``target/max_q``, ``entropy``.
+**Positions.** Every forward this trainer makes (loss, old log-probs, reference) passes
+``position_ids = max(cumsum(attention_mask) - 1, 0)`` to models whose ``forward`` takes them, the
+positions generation used on left-padded prompts (without them a model with learned absolute
+positions, GPT-2, scores every padded row at shifted positions).
+
+Old log-probs come from the trainer's own forward (never vLLM's sampling log-probs), at the
+sampling temperature as TRL computes them, and only when TPO needs them (not in ``"groups"`` mode
+with ``num_iterations == 1``: there the loss forward builds the target). Text models only (no image
+inputs); a Mixture-of-Experts model's router loss is added as GRPOTrainer adds it.
+
+**GRPO options TPO does not use.** A value other than ``TargetPOConfig``'s default raises
+``ValueError`` naming the option (:data:`GRPO_OPTIONS_TPO_IGNORES` has the list and why):
+``loss_type``, ``scale_rewards``, ``epsilon``, ``epsilon_high``, ``delta``,
+``importance_sampling_level``, ``sapo_temperature_neg`` / ``_pos``, ``vespo_k_pos`` / ``_lambda_pos``
+/ ``_k_neg`` / ``_lambda_neg``, ``top_entropy_quantile``, ``entropy_coef``, ``use_adaptive_entropy``,
+``entropy_coef_min`` / ``_max`` / ``_delta``, ``entropy_target``, ``off_policy_mask_threshold``,
+``mask_truncated_completions``, ``multi_objective_aggregation``, ``use_bias_correction_kl``,
+``vllm_importance_sampling_correction``, ``vllm_importance_sampling_mode``,
+``vllm_importance_sampling_clip_min`` / ``_clip_max`` / ``_cap``. ``TargetPOConfig`` defaults
+``use_bias_correction_kl`` and ``vllm_importance_sampling_correction`` to ``False`` (GRPOConfig:
+``True``): TPO uses neither, so with vLLM TRL runs no old-log-prob forward for an importance
+ratio TPO would ignore.
+
+**Logged** (besides TRL's reward, length and timing metrics):
+
+* ``loss`` / ``eval_loss``: TPO's cross-entropy :math:`-\frac1G\sum_g\sum_i q_{g,i}\log p^\theta_{g,i}`
+  (plus :math:`\beta\,\mathrm{KL}`), in both update forms (``"weights"`` takes the gradient of its
+  surrogate and reports the cross-entropy at :math:`\theta_{old}`, where it is exact); always >= 0
+  with ``beta = 0``.
+* ``mean_q_winners`` / ``mean_q_losers``: mean ``q`` of the completions above / below their group's
+  mean reward; ``all_fail_fraction`` / ``any_success_fraction``: groups whose best reward is <= 0 /
+  >= 1 (the native loop's diagnostics, same names); ``target/zero_variance_fraction``,
+  ``target/entropy_q``, ``target/entropy_p_old``, ``target/max_q``; ``collapsed_target_fraction``
+  (:func:`tpo_gym.agents.tpo.collapsed_target_fraction`: informative groups whose best completions get
+  q <= 0.01; when it is above one half in a training step, a ``UserWarning``, once per trainer, names
+  the remedies: ``length_normalize=True``, a larger ``eta``, a shorter ``max_completion_length``);
+  ``entropy`` (per token); with ``beta > 0``, ``kl`` (:func:`k3_kl`, the penalised value).
+* With ``log_completions=True`` the completions table has TPO's numbers: ``tpo_u`` (the reward
+  z-score, population std) and ``tpo_q_minus_p_old`` (target minus old group probability, the
+  per-completion weight of the update); TRL's ``advantage`` column (GRPO's z-score) is NaN, since
+  TPO has none.
 
 Reasoning Gym for TRL: :func:`reasoning_gym_dataset` builds the prompt dataset and
 :func:`reasoning_gym_reward` the reward function (the env's own scorer).
@@ -54,7 +93,10 @@ Reasoning Gym for TRL: :func:`reasoning_gym_dataset` builds the prompt dataset a
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -69,28 +111,101 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from tpo_gym._validation import check_bool, check_choice, check_float
-from tpo_gym.objectives import standardize_scores, tpo_loss, tpo_target
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.tpo import COLLAPSE_Q, collapsed_target_fraction, winner_loser_means
+from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
 __all__ = [
     "TargetPOConfig",
     "TargetPOTrainer",
     "reasoning_gym_dataset",
     "reasoning_gym_reward",
+    "k3_kl",
+    "mask_positions",
+    "GRPO_OPTIONS_TPO_IGNORES",
     "OVERRIDDEN_TRL_METHODS",
     "TARGET_UPDATES",
 ]
 
 TARGET_UPDATES = ("auto", "groups", "weights")
 
-#: The methods of ``trl.GRPOTrainer`` this trainer overrides or calls (private TRL API); the test
-#: suite fails naming any that disappears from the installed TRL.
-OVERRIDDEN_TRL_METHODS = (
-    "_generate_and_score_completions",
-    "_calculate_rewards",
-    "_compute_loss",
-    "_prepare_inputs",
-    "_get_per_token_logps_and_entropies",
-)
+#: The ``trl.GRPOTrainer`` methods (private TRL API) this trainer overrides, each with the parameter
+#: names of the TRL version it was written against (TRL 1.16); the test suite fails naming any method
+#: whose signature changes. Keep this short: every GRPO rewrite is a chance to break an override.
+OVERRIDDEN_TRL_METHODS: dict[str, tuple[str, ...]] = {
+    "_generate_and_score_completions": ("self", "inputs"),
+    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_prepare_inputs": ("self", "generation_batch"),
+    "_compute_loss": ("self", "model", "inputs"),
+    "_get_per_token_logps_and_entropies": (
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+        "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+        "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids"),
+}
+
+_NO_IS = "TPO's target uses the trainer's own log-probs: it has no vLLM importance-sampling correction"
+_NO_ENTROPY = "TPO's loss has no entropy bonus"
+#: GRPOConfig options TPO's loss does not use, and why: any value but ``TargetPOConfig``'s default is a
+#: ``ValueError`` naming the option (nothing is silently ignored).
+GRPO_OPTIONS_TPO_IGNORES: dict[str, str] = {
+    "loss_type": "TPO's loss is its cross-entropy to the target, not one of GRPO's loss variants",
+    "scale_rewards": "TPO z-scores the rewards within each group (population std)",
+    "epsilon": "TPO has no ratio clipping",
+    "epsilon_high": "TPO has no ratio clipping",
+    "delta": "TPO has no ratio clipping",
+    "importance_sampling_level": "TPO's loss has no importance ratio",
+    "sapo_temperature_neg": "SAPO's loss only",
+    "sapo_temperature_pos": "SAPO's loss only",
+    "vespo_k_pos": "VESPO's loss only",
+    "vespo_lambda_pos": "VESPO's loss only",
+    "vespo_k_neg": "VESPO's loss only",
+    "vespo_lambda_neg": "VESPO's loss only",
+    "top_entropy_quantile": "TPO trains on every completion token",
+    "entropy_coef": _NO_ENTROPY,
+    "use_adaptive_entropy": _NO_ENTROPY,
+    "entropy_coef_min": _NO_ENTROPY,
+    "entropy_coef_max": _NO_ENTROPY,
+    "entropy_coef_delta": _NO_ENTROPY,
+    "entropy_target": _NO_ENTROPY,
+    "off_policy_mask_threshold": "TPO has no off-policy mask",
+    "mask_truncated_completions": "truncated completions are scored candidates of their group",
+    "multi_objective_aggregation": "TPO standardises the weighted sum of the rewards ('sum_then_normalize')",
+    "use_bias_correction_kl": "TPO's KL term is the plain k3 estimator",
+    "vllm_importance_sampling_correction": _NO_IS,
+    "vllm_importance_sampling_mode": _NO_IS,
+    "vllm_importance_sampling_clip_min": _NO_IS,
+    "vllm_importance_sampling_clip_max": _NO_IS,
+    "vllm_importance_sampling_cap": _NO_IS,
+}
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    r"""GRPO's k3 estimate of :math:`\mathrm{KL}(\pi_\theta \,\|\, \pi_{ref})`, per token, averaged per completion.
+
+    .. math::
+        k_{i,t} = e^{\log\pi_{ref}(o_{i,t}) - \log\pi_\theta(o_{i,t})}
+                  - \big(\log\pi_{ref}(o_{i,t}) - \log\pi_\theta(o_{i,t})\big) - 1 \;\ge 0, \qquad
+        \mathrm{KL} = \frac1N \sum_{i=1}^{N} \frac{\sum_t m_{i,t}\, k_{i,t}}{\max(1, \sum_t m_{i,t})}
+
+    over the N completions (rows) and their valid tokens (``mask``), GRPO's ``loss_type="grpo"``
+    averaging; the gradient per token is :math:`(1 - e^{\log\pi_{ref} - \log\pi_\theta})\,\nabla\log\pi_\theta`.
+    Masked tokens are ignored whatever they hold.
+
+    :param logp: ``[N, T]`` token log-probs under the policy (with gradient).
+    :param ref_logp: ``[N, T]`` token log-probs under the frozen reference.
+    :param mask: ``[N, T]`` valid tokens (bool or 0/1).
+    :return: a 0-d tensor.
+    """
+    return kl_penalty(logp, ref_logp, mask.bool())  # the one implementation, shared with the native loop
+
+
+def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    r"""Position ids of a padded batch from its attention mask: :math:`\max(\mathrm{cumsum}(m) - 1, 0)`.
+
+    The positions generation gives left-padded prompts (each row's first real token is position 0;
+    padding gets 0 and is masked anyway).
+    """
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 @dataclasses.dataclass
@@ -99,15 +214,19 @@ class TargetPOConfig(GRPOConfig):
 
     Generation, batching, optimiser, logging and distributed settings are ``GRPOConfig``'s (for
     example ``num_generations`` = K, ``temperature``, ``max_completion_length``, ``learning_rate``,
-    ``num_iterations``, ``use_vllm``). TPO's own:
+    ``num_iterations``, ``use_vllm``). The GRPO loss options TPO does not use
+    (:data:`GRPO_OPTIONS_TPO_IGNORES`: ``loss_type``, ``scale_rewards``, ``epsilon*``,
+    ``importance_sampling_level``, ...) must keep their defaults (``ValueError`` otherwise). TPO's own:
 
     :param eta: temperature of the target :math:`q \propto p^{old} e^{u/\eta}`, > 0 (default 1).
-    :param anchor: keep the :math:`p^{old}` anchor (default); ``False`` is the no-anchor ablation
-        :math:`q = \operatorname{softmax}(u/\eta)`.
+    :param anchor: keep the :math:`p^{old}` anchor of the target (default); ``False`` is the no-anchor
+        ablation :math:`q = \operatorname{softmax}(u/\eta)`.
     :param length_normalize: the sequence log-prob is the mean of the completion's token log-probs
         instead of their sum (default ``False``, as the paper).
     :param target_update: ``"auto"`` (default), ``"groups"`` or ``"weights"``: how the update stays
         exact across processes and micro-batches (module docstring).
+    :param beta: weight of the k3 KL penalty to the frozen reference model, >= 0 (default 0: no
+        reference model is built). :func:`k3_kl`.
     """
 
     eta: float = dataclasses.field(default=1.0, metadata={"help": "TPO target temperature eta > 0."})
@@ -116,17 +235,25 @@ class TargetPOConfig(GRPOConfig):
         default=False, metadata={"help": "Mean instead of sum of token log-probs as the sequence log-prob."})
     target_update: str = dataclasses.field(
         default="auto", metadata={"help": "'auto', 'groups' (whole groups per micro-batch) or 'weights'."})
+    beta: float = dataclasses.field(
+        default=0.0, metadata={"help": "Weight of the k3 KL penalty to the frozen reference model (default 0)."})
+    use_bias_correction_kl: bool = dataclasses.field(
+        default=False, metadata={"help": "Unused by TPO (plain k3 KL); must stay False."})
+    vllm_importance_sampling_correction: bool = dataclasses.field(
+        default=False, metadata={"help": "Unused by TPO (its target uses the trainer's log-probs); must stay False."})
 
     def __post_init__(self) -> None:
         self.eta = check_float("eta", self.eta, minimum=0.0, strict_min=True)
         self.anchor = check_bool("anchor", self.anchor)
         self.length_normalize = check_bool("length_normalize", self.length_normalize)
         self.target_update = check_choice("target_update", self.target_update, TARGET_UPDATES)
+        self.beta = check_float("beta", self.beta, minimum=0.0)
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 f"num_generations must be >= 2 for TPO (a target over K >= 2 completions of a prompt), "
                 f"got {self.num_generations}"
             )
+        _check_supported(self)  # before GRPOConfig rewrites any of them (scale_rewards=True -> "group", ...)
         super().__post_init__()
 
 
@@ -161,33 +288,27 @@ def resolve_target_update(args: Any) -> str:
 
 
 def _check_supported(args: Any) -> None:
-    """Reject GRPO loss settings that TPO's loss does not have (they would be silently ignored)."""
+    """``ValueError`` naming every GRPO option of ``args`` that TPO does not use and that is not at
+    ``TargetPOConfig``'s default (it would be silently ignored)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TargetPOConfig) if f.default is not dataclasses.MISSING}
     problems = []
-    if float(args.beta) != 0.0:
-        problems.append(f"beta={args.beta} (TargetPOTrainer adds no KL term; set beta=0.0)")
-    if float(getattr(args, "top_entropy_quantile", 1.0)) != 1.0:
-        problems.append(f"top_entropy_quantile={args.top_entropy_quantile} (must be 1.0)")
-    if getattr(args, "off_policy_mask_threshold", None) is not None:
-        problems.append(f"off_policy_mask_threshold={args.off_policy_mask_threshold} (must be None)")
-    if float(getattr(args, "entropy_coef", 0.0)) != 0.0 or bool(getattr(args, "use_adaptive_entropy", False)):
-        problems.append("an entropy bonus (entropy_coef must be 0 and use_adaptive_entropy False)")
-    if bool(getattr(args, "mask_truncated_completions", False)):
-        problems.append("mask_truncated_completions=True (truncated completions are scored candidates; "
-                        "set it False)")
-    if bool(getattr(args, "use_liger_loss", False)):
-        problems.append("use_liger_loss=True (Liger's fused GRPO loss kernel is not TPO's loss)")
-    if getattr(args, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
-        problems.append(f"multi_objective_aggregation={args.multi_objective_aggregation!r} (TPO standardises "
-                        "the weighted sum of the rewards: use 'sum_then_normalize')")
+    for name, why in GRPO_OPTIONS_TPO_IGNORES.items():
+        value = getattr(args, name, defaults.get(name))
+        if name == "scale_rewards":  # GRPOConfig's older spelling: True is "group"
+            value = {True: "group", False: "none"}.get(value, value)
+        if name in defaults and value != defaults[name]:
+            problems.append(f"{name}={value!r} ({why}; leave it at {defaults[name]!r})")
     if problems:
-        raise ValueError("TargetPOTrainer does not support: " + "; ".join(problems))
+        raise ValueError("TargetPOTrainer does not use these GRPO options: " + "; ".join(problems))
 
 
 class TargetPOTrainer(GRPOTrainer):
     """TPO on TRL's ``GRPOTrainer``: same arguments (``model``, ``reward_funcs``, ``args``,
     ``train_dataset``, ``peft_config``, ...), with ``args`` a :class:`TargetPOConfig`.
 
-    See the module docstring for the objective, the exactness rules and what is logged. Example::
+    See the module docstring for the objective, the KL term, the exactness rules, the GRPO options
+    TPO refuses (:data:`GRPO_OPTIONS_TPO_IGNORES`) and what is logged. It overrides the GRPOTrainer
+    methods in :data:`OVERRIDDEN_TRL_METHODS` and no others. Example::
 
         from tpo_gym.integrations.trl import (TargetPOConfig, TargetPOTrainer, reasoning_gym_dataset,
                                               reasoning_gym_reward)
@@ -210,13 +331,48 @@ class TargetPOTrainer(GRPOTrainer):
             raise ValueError(f"args must be a TargetPOConfig (GRPOConfig plus eta, anchor, length_normalize, "
                              f"target_update), got {type(args).__name__}")
         _check_supported(args)
+        if (args.beta != 0.0 and kwargs.get("peft_config") is None and not isinstance(model, str)
+                and not hasattr(model, "peft_config") and not getattr(model.config, "_name_or_path", "")):
+            raise ValueError(f"beta={args.beta} needs a frozen reference model, which GRPOTrainer loads from the "
+                             "model's path, and this model has none: pass a path or hub id, a model loaded with "
+                             "from_pretrained, or a peft_config (the reference is then the adapter-disabled base)")
         self.target_update = resolve_target_update(args)
         # whole groups, one update per generation, no optimiser step between generation and loss: the
         # loss forward runs at theta_old, so q is built from it and no separate old forward is needed
         self._target_in_loss = (self.target_update == "groups" and args.num_iterations == 1
                                 and args.gradient_accumulation_steps % args.steps_per_generation == 0)
         self._tpo_rewards: torch.Tensor | None = None
+        self._table_start = 0  # where this generation's row 0 sits in the completions table's columns
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+
+    # ------------------------------------------------------------------ forwards
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                           *args: Any, **kwargs: Any) -> Any:
+        """GRPOTrainer's, with ``position_ids`` from the attention mask (:func:`mask_positions`) for models
+        that take them: the positions generation used on left-padded prompts."""
+        if not self._takes_position_ids(model):
+            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, *args, **kwargs)
+
+        def add_positions(module: Any, call_args: Any, call_kwargs: dict[str, Any]) -> Any:
+            mask = call_kwargs.get("attention_mask")
+            if call_kwargs.get("position_ids") is None and mask is not None:
+                call_kwargs["position_ids"] = mask_positions(mask)
+            return call_args, call_kwargs
+
+        handle = model.register_forward_pre_hook(add_positions, with_kwargs=True)
+        try:
+            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    def _takes_position_ids(self, model: Any) -> bool:
+        inner = self.accelerator.unwrap_model(model)
+        if hasattr(inner, "get_base_model"):  # PEFT
+            inner = inner.get_base_model()
+        try:
+            return "position_ids" in inspect.signature(inner.forward).parameters
+        except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+            return False
 
     # ------------------------------------------------------------------ rollout side
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
@@ -225,7 +381,9 @@ class TargetPOTrainer(GRPOTrainer):
         return rewards
 
     def _sequence_logp(self, per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Each completion's sequence log-prob (sum, or mean with ``length_normalize``), float32 or wider."""
         valid = mask.bool()
+        per_token_logps = _wide(per_token_logps)
         seq = torch.where(valid, per_token_logps, torch.zeros_like(per_token_logps)).sum(dim=-1)
         if self.args.length_normalize:
             seq = seq / valid.sum(dim=-1).clamp(min=1).to(seq.dtype)
@@ -239,7 +397,7 @@ class TargetPOTrainer(GRPOTrainer):
     def _old_token_logps(self, output: dict[str, Any]) -> torch.Tensor:
         """The trainer's own token log-probs of the completions at generation time."""
         old = output.get("old_per_token_logps")
-        if old is not None:  # TRL computed them (vLLM, or generations reused across steps)
+        if old is not None:  # TRL computed them (generations reused across steps)
             return old
         from trl.models.utils import disable_gradient_checkpointing
 
@@ -278,20 +436,28 @@ class TargetPOTrainer(GRPOTrainer):
         rows = slice(start, start + n_local)
         output["target_u"] = u.reshape(-1)[rows].float()
         output["target_valid"] = valid.reshape(-1)[rows]
-        output["target_group"] = torch.arange(start, start + n_local, device=device) // k
+        output["target_row"] = torch.arange(start, start + n_local, device=device)
+        output["target_group"] = output["target_row"] // k
         metrics = self._metrics[mode]
         zero_var = (u == 0).all(dim=-1) if mask is None else ((u == 0) | ~valid).all(dim=-1)
         metrics["target/zero_variance_fraction"].append(zero_var.float().mean().item())
+        for name, value in GroupAlgorithm.group_diagnostics(scores, mask).items():
+            if name != "zero_variance_fraction":  # logged above, under its TRL-path name
+                metrics[name].append(float(value))
+        self._table_columns(torch.where(valid, u, torch.full_like(u, math.nan)).reshape(-1))
         if mode == "train" and self._target_in_loss:
             return output  # q is built from the loss forward itself (theta is still theta_old there)
 
-        seq_old = self._sequence_logp(self._old_token_logps(output).float(), self._loss_mask(output))
+        seq_old = self._sequence_logp(self._old_token_logps(output), self._loss_mask(output))
         seq_all = self.accelerator.gather(seq_old)  # process order: the layout of the gathered rewards
         logp = seq_all.view(-1, k).to(u.dtype)
         q, p_old = self._target(logp, u, mask)
+        log_p_old = torch.log_softmax(logp if mask is None else logp.masked_fill(~mask, -math.inf), dim=-1)
+        cross_entropy = torch.where(q > 0, -q * log_p_old, torch.zeros_like(q))  # per completion, sums to CE
         output["advantages"] = (k * (q - p_old)).reshape(-1)[rows].to(seq_old.dtype)
         output["target_q"] = q.reshape(-1)[rows].to(seq_old.dtype)
-        self._log_target(mode, q, p_old)
+        output["target_ce"] = cross_entropy.reshape(-1)[rows].to(seq_old.dtype)
+        self._log_target(mode, torch.arange(rewards.numel(), device=device).view(-1, k), q, p_old, u, valid)
         return output
 
     def _target(self, logp: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None
@@ -303,11 +469,56 @@ class TargetPOTrainer(GRPOTrainer):
         p_old = tpo_target(logp, torch.zeros_like(u), eta=1.0, anchor=True, mask=mask)
         return q, p_old
 
-    def _log_target(self, mode: str, q: torch.Tensor, p_old: torch.Tensor) -> None:
+    def _table_columns(self, u: torch.Tensor) -> None:
+        """The completions table's TPO columns for this generation (all processes' rows, in TRL's order):
+        ``tpo_u``, ``tpo_q_minus_p_old`` (filled once ``q`` is known) and TRL's ``advantage`` as NaN."""
+        if not self.log_completions:
+            return
+        n = u.numel()
+        advantages = self._logs["advantages"]  # GRPO's z-scores, which TPO does not use
+        replaced = min(n, len(advantages))
+        for _ in range(replaced):
+            advantages.pop()
+        advantages.extend([math.nan] * replaced)
+        self._logs["extra"]["tpo_u"].extend(u.tolist())
+        weights = self._logs["extra"]["tpo_q_minus_p_old"]
+        weights.extend([math.nan] * n)
+        self._table_start = len(weights) - n
+
+    def _log_target(self, mode: str, rows: torch.Tensor, q: torch.Tensor, p_old: torch.Tensor, u: torch.Tensor,
+                    valid: torch.Tensor) -> None:
+        """Target metrics of ``[G, K]`` groups, and their ``q - p_old`` in the completions table (``rows``:
+        the global row of each completion in its generation)."""
         metrics = self._metrics[mode]
         metrics["target/entropy_q"].append(_entropy(q).mean().item())
         metrics["target/entropy_p_old"].append(_entropy(p_old).mean().item())
         metrics["target/max_q"].append(q.max(dim=-1).values.mean().item())
+        group_mask = None if bool(valid.all()) else valid.bool()
+        winners, losers = winner_loser_means(q, u, group_mask)
+        metrics["mean_q_winners"].append(winners.item())
+        metrics["mean_q_losers"].append(losers.item())
+        # z-scores keep the order and the ties of the scores: the informative groups and their best completions
+        collapsed = float(collapsed_target_fraction(q, u, group_mask))
+        metrics["collapsed_target_fraction"].append(collapsed)
+        if mode == "train" and collapsed > 0.5 and not getattr(self, "_collapse_warned", False):
+            self._collapse_warned = True
+            warnings.warn(
+                f"TPO's target has collapsed in {collapsed:.0%} of the informative groups: the best-scored "
+                f"completions get q <= {COLLAPSE_Q} because p_old over a group is near one-hot (summed log-probs of "
+                f"completions of different lengths; length_normalize={self.args.length_normalize}, "
+                f"max_completion_length={self.args.max_completion_length}, eta={self.args.eta}), so the update is "
+                "near zero. Remedies: TargetPOConfig(length_normalize=True), a larger eta, or a shorter "
+                "max_completion_length (docs/method.md section 7). Logged as collapsed_target_fraction.",
+                UserWarning, stacklevel=2,
+            )
+        if not self.log_completions:
+            return
+        column = self._logs["extra"]["tpo_q_minus_p_old"]
+        difference = torch.where(valid.bool(), q - p_old, torch.full_like(q, math.nan))
+        for row, value in zip(rows.reshape(-1).tolist(), difference.reshape(-1).tolist(), strict=True):
+            index = self._table_start + int(row)
+            if 0 <= index < len(column):
+                column[index] = value
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not self.model.training or self.target_update != "groups":
@@ -327,30 +538,52 @@ class TargetPOTrainer(GRPOTrainer):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         mask = self._loss_mask(inputs)
-        token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, ids, attention, inputs["completion_ids"].size(1), compute_entropy=True)
-        seq = self._sequence_logp(token_logps.float(), mask)
+        token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, ids, attention, inputs["completion_ids"].size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled)
+        seq = self._sequence_logp(token_logps, mask)
         mode = "train" if self.model.training else "eval"
+        k = self.num_generations
         if mode == "train" and self._target_in_loss:
-            logp, u, valid = _grouped(seq, inputs["target_group"], self.num_generations, inputs["target_u"],
-                                      inputs["target_valid"])
+            logp, u, valid, rows = _grouped(seq, inputs["target_group"], k, inputs["target_u"],
+                                            inputs["target_valid"], inputs["target_row"])
             groups_mask = None if bool(valid.all()) else valid
             q, p_old = self._target(logp.detach(), u, groups_mask)
-            self._log_target(mode, q, p_old)
+            # every process's groups, for the metrics and the completions table
+            stacked = self.accelerator.gather(torch.stack([rows.double(), q.double(), p_old.double(), u.double(),
+                                                           valid.double()], dim=-1))
+            self._log_target(mode, *stacked.unbind(dim=-1))
             loss = tpo_loss(logp, q, groups_mask)
         elif mode == "train" and self.target_update == "groups":
-            logp, q, valid = _grouped(seq, inputs["target_group"], self.num_generations, inputs["target_q"].float(),
+            logp, q, valid = _grouped(seq, inputs["target_group"], k, inputs["target_q"].to(seq.dtype),
                                       inputs["target_valid"])
             loss = tpo_loss(logp, q, None if bool(valid.all()) else valid)
-        else:  # per-sample weights: gradient (p_old - q) / G per completion while theta = theta_old
-            loss = -(inputs["advantages"].float() * seq).mean()
+        else:  # per-completion weights: gradient (p_old - q) / G per completion while theta = theta_old
+            k = k if mode == "train" else self.num_generations_eval
+            surrogate = -(inputs["advantages"].to(seq.dtype) * seq).mean()
+            # its value is not TPO's loss: report the cross-entropy at theta_old (= theta here) instead
+            cross_entropy = k * inputs["target_ce"].to(seq.dtype).mean()
+            loss = surrogate + (cross_entropy - surrogate).detach()
+        if self.beta != 0.0:
+            kl = k3_kl(_wide(token_logps), _wide(inputs["ref_per_token_logps"]), mask)
+            loss = loss + self.beta * kl
+            self._metrics[mode]["kl"].append(self.accelerator.gather(kl.detach()).mean().item())
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
+        if self.aux_loss_enabled:  # a Mixture-of-Experts router loss, as GRPOTrainer adds it
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
         tokens = mask.bool()
         totals = self.accelerator.reduce(
             torch.stack([torch.where(tokens, entropies, 0.0).sum(), tokens.sum().float()]).detach(), reduction="sum")
         self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 or wider (bf16 / fp16 log-probs are summed in float32; float64 stays)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _entropy(p: torch.Tensor) -> torch.Tensor:
@@ -418,7 +651,8 @@ def reasoning_gym_dataset(source: Any = "graph_color", *, size: int = 500, seed:
     """TRL's prompt dataset (a ``datasets.Dataset``) of every entry of a Reasoning Gym dataset.
 
     Rows: ``prompt``, ``index`` (the entry index, read by :func:`reasoning_gym_reward`), ``question``,
-    ``answer`` and ``metadata`` (JSON text). ``prompt`` is the chat messages ``[system, user]`` (TRL
+    ``answer`` (text; ``None`` where the dataset has no single answer, as graph_color, whose
+    scorer checks the colouring) and ``metadata`` (JSON text). ``prompt`` is the chat messages ``[system, user]`` (TRL
     applies the chat template) with the env's system prompt, or, when the prompt format needs text
     (a prefill, a custom layout), the prompt text built with ``tokenizer``
     (:func:`tpo_gym.agents.prompts.build_prompt`; the model continues it).
@@ -450,7 +684,9 @@ def reasoning_gym_dataset(source: Any = "graph_color", *, size: int = 500, seed:
                 {"role": "user", "content": user}]
         else:
             prompt = build_prompt(tokenizer, question, env.system_prompt, fmt)
-        rows.append({"prompt": prompt, "index": index, "question": question, "answer": str(entry["answer"]),
+        answer = entry.get("answer")
+        rows.append({"prompt": prompt, "index": index, "question": question,
+                     "answer": None if answer is None else str(answer),
                      "metadata": json.dumps(entry.get("metadata", {}), default=str)})
     return Dataset.from_list(rows)
 
