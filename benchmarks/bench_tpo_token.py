@@ -3,7 +3,7 @@
 Reports
 * seconds per episode (one training iteration: B rollouts of H tokens, K candidates per state, 4
   full-batch epochs) for one seed, against the JAX reference's 0.92 s and the 0.15 s target;
-* steps to 1% error (SPEC section 5: first iteration at which the seed-mean training error curve is
+* steps to 1% error (docs/method.md section 5: first iteration at which the seed-mean training error curve is
   below 0.01), plus the mean +- standard error of the per-seed first crossings, against the paper's 58.
 
 Usage::

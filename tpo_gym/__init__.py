@@ -13,6 +13,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tpo_gym import envs  # noqa: F401  (registers the tpo_gym/ environments)
-from tpo_gym.agents import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG, SeedBatch, train_seeds
+from tpo_gym.agents import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG, SeedBatch, train_seeds  # noqa: F401
+from tpo_gym.agents.registry import algorithm_registry
 
-__all__ = ["__version__", "CE", "DG", "GRPO", "PPO", "REINFORCE", "TPO", "GroupPG", "SeedBatch", "train_seeds"]
+#: The agent classes (every registered algorithm: :func:`tpo_gym.agents.registry.algorithm_registry`).
+__all__ = ["__version__", *algorithm_registry(), "SeedBatch", "train_seeds"]

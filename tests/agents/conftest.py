@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import tpo_gym  # noqa: F401  (registers the tpo_gym/ environments)
+from tpo_gym import TPO
 
 
 def token_env(
@@ -21,6 +23,21 @@ def token_env(
 def bandit_env(n_arms: int = 10, correct_arm: int = 3) -> gym.Env[Any, Any]:
     """A single-context bandit with a fixed correct arm (one problem for every seed)."""
     return gym.make("tpo_gym/Bandit-v0", n_arms=n_arms, correct_arm=correct_arm)
+
+
+def small_tpo(**kw: Any) -> TPO:
+    """A small TPO agent on :func:`bandit_env` (batch size 8, seed 0)."""
+    return TPO("MlpPolicy", bandit_env(), batch_size=8, seed=0, **kw)
+
+
+class Boom:
+    """Pickling this object makes unpickling create a marker file: proof that code ran on load."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (Path.touch, (self.marker,))
 
 
 def params_of(model: Any) -> dict[str, torch.Tensor]:

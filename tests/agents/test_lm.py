@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from tests.agents.lm_toys import SayLetterEnv, lm_kwargs, say_letter_env, tiny_llama, tiny_tokenizer
-from tpo_gym import GRPO, PPO, TPO, GroupPG
+from tpo_gym import GRPO, PPO, TPO
 from tpo_gym.agents.lm import completion_mask, sequence_logprobs
+from tpo_gym.agents.registry import algorithm_class, algorithm_registry
 from tpo_gym.objectives import tpo_loss
 
 
@@ -71,7 +72,7 @@ class _ConstantEnv(SayLetterEnv):
         return np.full(len(candidates), 0.5, dtype=np.float32)
 
 
-@pytest.mark.parametrize("cls", [TPO, GRPO, GroupPG])
+@pytest.mark.parametrize("cls", [algorithm_class(n) for n, s in algorithm_registry().items() if "llm" in s.run_kinds])
 def test_all_equal_groups_give_an_exactly_zero_first_gradient(cls: type) -> None:
     env = gym.wrappers.TimeLimit(_ConstantEnv(), max_episode_steps=1)
     model = cls("CausalLMPolicy", env, policy_kwargs=lm_kwargs(), batch_size=3, group_size=4, n_epochs=1, seed=1)
@@ -208,7 +209,6 @@ def test_a_collapsed_target_warns_once_and_is_logged(monkeypatch: pytest.MonkeyP
     assert not [w for w in caught if "target has collapsed" in str(w.message)]
 
 
-
 def test_tpo_kl_penalty_gradient_matches_an_independent_formula() -> None:
     """TPO(beta): L = CE(q, softmax(l)) / G + beta / N sum_i sum_t m_it k3_it / n_i, with the per-token
     k3_it = e^(r - l) - (r - l) - 1 against the initial model; checked after a step moved the policy."""
@@ -269,3 +269,11 @@ def test_tpo_beta_needs_a_language_model() -> None:
         TPO("MlpPolicy", bandit_env(), beta=0.1)
     with pytest.raises(ValueError, match="beta"):
         _agent(beta=-1.0)
+
+
+def test_predict_on_an_empty_list_of_questions_returns_no_completions() -> None:
+    from tests.agents.lm_toys import lm_kwargs, say_letter_env
+
+    model = TPO("CausalLMPolicy", say_letter_env(), policy_kwargs=lm_kwargs(), batch_size=2, group_size=2, seed=0)
+    texts, state = model.predict([])
+    assert state is None and texts.shape == (0,) and texts.dtype == object

@@ -1,9 +1,14 @@
-"""save / load, exact resumption and bit-identical reruns."""
+"""tpo_gym.agents.persistence: save / load of agent zips and language-model directories.
+
+Exact resumption and bit-identical reruns; files load safely: no code run, no network, bounded reads,
+strict weights, one clear error naming the damaged or edited field or file."""
 
 from __future__ import annotations
 
 import io
 import json
+import pickle
+import shutil
 import struct
 import warnings
 import zipfile
@@ -13,10 +18,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from stable_baselines3.common.utils import LinearSchedule
 
-from tests.agents.conftest import bandit_env, params_of, token_env
+from tests.agents.conftest import Boom, bandit_env, params_of, small_tpo, token_env
+from tests.agents.lm_toys import lm_kwargs, say_letter_env, tiny_llama, tiny_tokenizer
 from tpo_gym import GRPO, TPO
+from tpo_gym.agents import GroupAlgorithm, persistence
 from tpo_gym.agents.persistence import AgentFileError
+from tpo_gym.agents.registry import algorithm_class, algorithm_registry
+
+ALL = [algorithm_class(name) for name in algorithm_registry()]  # every registered agent class
 
 
 def _make_tpo(**kw: Any) -> TPO:
@@ -89,12 +100,8 @@ def test_optimizer_state_is_saved(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# trust at the edges: atomic writes, bounded reads, one clear error for a damaged or edited file
+# damaged or edited zips: atomic writes, bounded reads, one clear error naming what is wrong
 # ---------------------------------------------------------------------------------------------
-def _small_tpo() -> TPO:
-    return TPO("MlpPolicy", bandit_env(), batch_size=8, seed=0)
-
-
 def _entries(path: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(path) as zf:
         return {name: zf.read(name) for name in zf.namelist()}
@@ -113,7 +120,7 @@ def test_save_never_follows_a_link_planted_at_a_temp_name(tmp_path: Path) -> Non
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (tmp_path / ".m.zip.tmp").symlink_to(victim)
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     assert victim.read_text() == "keep me"
     assert (tmp_path / ".m.zip.tmp").is_symlink()
@@ -123,23 +130,8 @@ def test_save_never_follows_a_link_planted_at_a_temp_name(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == [".m.zip.tmp", "m.zip", "victim.txt"]  # no temp left
 
 
-def test_policy_save_replaces_a_link_at_its_path_instead_of_writing_through_it(tmp_path: Path) -> None:
-    from tpo_gym.agents.policies import MlpPolicy
-
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep me")
-    (tmp_path / "policy.pt").symlink_to(victim)
-    model = _small_tpo()
-    model.policy.save(str(tmp_path / "policy.pt"))
-    assert victim.read_text() == "keep me"
-    assert not (tmp_path / "policy.pt").is_symlink()
-    loaded = MlpPolicy.load(str(tmp_path / "policy.pt"))
-    for k, v in model.policy.state_dict().items():
-        assert torch.equal(loaded.state_dict()[k], v)
-
-
 def test_save_to_a_file_object_round_trips() -> None:
-    model = _small_tpo()
+    model = small_tpo()
     buffer = io.BytesIO()
     model.save(buffer)
     buffer.seek(0)
@@ -148,25 +140,10 @@ def test_save_to_a_file_object_round_trips() -> None:
         assert torch.equal(params_of(loaded)[k], v)
 
 
-def test_one_atomic_write_helper_shared_by_the_harness(tmp_path: Path) -> None:
-    import tpo_gym._io as io_helper
-    import tpo_gym.evaluation._io as harness_io
-
-    for name in harness_io.__all__:
-        assert getattr(harness_io, name) is getattr(io_helper, name)
-    target = tmp_path / "a" / "b.json"
-    io_helper.atomic_write_json(target, {"x": 1})
-    with pytest.raises(RuntimeError), io_helper.atomic_writer(target) as fh:
-        fh.write(b"half")
-        raise RuntimeError("interrupted")
-    assert json.loads(target.read_text()) == {"x": 1}  # the old file stays whole
-    assert sorted(p.name for p in target.parent.iterdir()) == ["b.json"]  # the temp file is removed
-
-
 def test_an_oversized_json_entry_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tpo_gym.agents import persistence
 
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     entries = _entries(tmp_path / "m.zip")
     padded = entries["tpo_gym.json"] + b" " * (3 * 2**20)  # valid JSON: 3 MB of whitespace after the object
@@ -186,7 +163,7 @@ def test_an_oversized_json_entry_is_refused_before_it_is_read(tmp_path: Path, mo
 
 
 def test_an_entry_whose_header_understates_its_size_is_refused(tmp_path: Path) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     entries = _entries(tmp_path / "m.zip")
     path = _write_zip(tmp_path / "lie.zip", [("tpo_gym.json", entries["tpo_gym.json"]),
@@ -204,7 +181,7 @@ def test_an_entry_whose_header_understates_its_size_is_refused(tmp_path: Path) -
 
 
 def test_repeated_entries_are_refused(tmp_path: Path) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     entries = _entries(tmp_path / "m.zip")
     meta = json.loads(entries["tpo_gym.json"])
@@ -218,7 +195,7 @@ def test_repeated_entries_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("entry", ["tpo_gym.json", "weights.pt"])
 def test_a_flipped_byte_in_compressed_data_names_the_entry(tmp_path: Path, entry: str) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     raw = (tmp_path / "m.zip").read_bytes()
     with zipfile.ZipFile(tmp_path / "m.zip") as zf:
@@ -318,7 +295,7 @@ BAD_EDITS: list[tuple[str, Any]] = [
 
 @pytest.mark.parametrize(("field", "value"), BAD_EDITS, ids=[f"{f}={v!r:.20}" for f, v in BAD_EDITS])
 def test_a_bad_field_is_refused_at_load_naming_it(tmp_path: Path, field: str, value: Any) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     path = _edited(tmp_path / "m.zip", tmp_path / "edited.zip", field, value)
     with pytest.raises(AgentFileError) as info:
@@ -328,7 +305,7 @@ def test_a_bad_field_is_refused_at_load_naming_it(tmp_path: Path, field: str, va
 
 
 def test_missing_settings_are_listed(tmp_path: Path) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.save(tmp_path / "m.zip")
     with pytest.raises(AgentFileError, match=r"'kwargs' lacks the settings \['eta', 'anchor', 'candidates'"):
         TPO.load(_edited(tmp_path / "m.zip", tmp_path / "e.zip", "kwargs", {}))
@@ -339,14 +316,14 @@ def test_missing_settings_are_listed(tmp_path: Path) -> None:
 
 
 def test_a_bad_setting_passed_by_the_caller_is_the_callers_error(tmp_path: Path) -> None:
-    _small_tpo().save(tmp_path / "m.zip")
+    small_tpo().save(tmp_path / "m.zip")
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1") as info:
         TPO.load(tmp_path / "m.zip", batch_size=0)
     assert not isinstance(info.value, AgentFileError)
 
 
 def test_a_good_file_round_trips_exactly(tmp_path: Path) -> None:
-    model = _small_tpo()
+    model = small_tpo()
     model.learn(2 * model.steps_per_iteration)
     model.save(tmp_path / "m.zip")
     loaded = TPO.load(tmp_path / "m.zip")
@@ -357,3 +334,400 @@ def test_a_good_file_round_trips_exactly(tmp_path: Path) -> None:
         assert torch.equal(params_of(loaded)[k], v)
     assert (loaded.num_timesteps, loaded._n_updates, loaded._iteration, loaded._rollout_index, loaded._base_seed) == (
         model.num_timesteps, model._n_updates, model._iteration, model._rollout_index, model._base_seed)
+
+
+def _rewrite_zip(src: Path, dst: Path, replace: dict[str, bytes], drop: tuple[str, ...] = ()) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            if name in drop:
+                continue
+            zout.writestr(name, replace.get(name, zin.read(name)))
+        for name, data in replace.items():
+            if name not in zin.namelist():
+                zout.writestr(name, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# security: loading executes nothing
+# ---------------------------------------------------------------------------------------------
+def test_sb3_style_serialized_field_never_runs(tmp_path: Path) -> None:
+    """A crafted SB3 zip whose ``data`` holds a cloudpickled payload: load refuses, nothing runs."""
+    import base64
+
+    marker = tmp_path / "pwned"
+    payload = base64.b64encode(pickle.dumps(Boom(marker))).decode()
+    data = {"policy_class": {":type:": "<class 'x'>", ":serialized:": payload}, "learning_rate": 1e-3}
+    path = tmp_path / "evil.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps(data))
+        zf.writestr("policy.pth", b"")
+        zf.writestr("_stable_baselines3_version", "2.9.2")
+    for cls in (TPO, GroupAlgorithm):
+        with pytest.raises(ValueError, match="Stable-Baselines3"):
+            cls.load(path)
+    assert not marker.exists()
+
+
+def test_serialized_field_inside_tpo_gym_file_is_refused(tmp_path: Path) -> None:
+    model = small_tpo()
+    model.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        meta = json.loads(zf.read("tpo_gym.json"))
+    meta["kwargs"]["policy_kwargs"] = {"net_arch": {":serialized:": "gASV..."}}
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "bad.zip", {"tpo_gym.json": json.dumps(meta).encode()})
+    with pytest.raises(AgentFileError, match=r"serialized \(pickled\) field ':serialized:'"):
+        TPO.load(tmp_path / "bad.zip")
+    meta["kwargs"]["policy_kwargs"] = {"activation_fn": {"__class__": "os:system"}}
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "bad2.zip", {"tpo_gym.json": json.dumps(meta).encode()})
+    with pytest.raises(AgentFileError, match="outside torch.nn, torch.optim and tpo_gym"):
+        TPO.load(tmp_path / "bad2.zip")
+    meta["surprise"] = 1
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "bad3.zip", {"tpo_gym.json": json.dumps(meta).encode()})
+    with pytest.raises(AgentFileError, match="unexpected fields"):
+        TPO.load(tmp_path / "bad3.zip")
+
+
+def test_pickled_weights_are_refused_without_running(tmp_path: Path) -> None:
+    model = small_tpo()
+    model.save(tmp_path / "m.zip")
+    marker = tmp_path / "pwned"
+    buffer = io.BytesIO()
+    torch.save({"policy": Boom(marker)}, buffer)
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "bad.zip", {"weights.pt": buffer.getvalue()})
+    with pytest.raises(AgentFileError, match="weights.pt.*plain tensors"):
+        TPO.load(tmp_path / "bad.zip")
+    assert not marker.exists()
+
+
+def test_files_of_other_classes_are_refused(tmp_path: Path) -> None:
+    import stable_baselines3
+
+    sb3 = stable_baselines3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16)
+    sb3.save(tmp_path / "sb3.zip")
+    with pytest.raises(AgentFileError, match="written by Stable-Baselines3"):
+        TPO.load(tmp_path / "sb3.zip")
+    small_tpo().save(tmp_path / "tpo.zip")
+    with pytest.raises(AgentFileError, match=r"holds a TPO agent, not GRPO: use TPO.load"):
+        GRPO.load(tmp_path / "tpo.zip")
+    generic = GroupAlgorithm.load(tmp_path / "tpo.zip")
+    assert type(generic) is TPO
+
+
+def test_truncated_and_corrupt_files_say_what_is_wrong(tmp_path: Path) -> None:
+    model = small_tpo()
+    model.save(tmp_path / "m.zip")
+    raw = (tmp_path / "m.zip").read_bytes()
+    (tmp_path / "trunc.zip").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(AgentFileError, match="not a zip archive"):
+        TPO.load(tmp_path / "trunc.zip")
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "json.zip", {"tpo_gym.json": b"{not json"})
+    with pytest.raises(AgentFileError, match="'tpo_gym.json' is not valid JSON"):
+        TPO.load(tmp_path / "json.zip")
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "noweights.zip", {}, drop=("weights.pt",))
+    with pytest.raises(AgentFileError, match="no 'weights.pt' entry"):
+        TPO.load(tmp_path / "noweights.zip")
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "badweights.zip", {"weights.pt": b"garbage"})
+    with pytest.raises(AgentFileError, match="'weights.pt' cannot be read"):
+        TPO.load(tmp_path / "badweights.zip")
+    other = TPO("MlpPolicy", bandit_env(), batch_size=8, seed=0, policy_kwargs={"net_arch": [7]})
+    other.save(tmp_path / "other.zip")
+    with zipfile.ZipFile(tmp_path / "other.zip") as zf:
+        weights = zf.read("weights.pt")
+    _rewrite_zip(tmp_path / "m.zip", tmp_path / "mismatch.zip", {"weights.pt": weights})
+    with pytest.raises(AgentFileError, match="weights in the file do not fit the policy"):
+        TPO.load(tmp_path / "mismatch.zip")
+    with pytest.raises(FileNotFoundError):
+        TPO.load(tmp_path / "missing.zip")
+
+
+# ---------------------------------------------------------------------------------------------
+# settings round-trip: every agent, learning-rate schedules, custom objects
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", ALL)
+def test_every_agent_round_trips_its_settings(cls: type, tmp_path: Path) -> None:
+    env = "tpo_gym/Bandit-v0"
+    model = cls("MlpPolicy", env, batch_size=8, seed=3, n_epochs=2)
+    model.learn(2 * model.steps_per_iteration)
+    model.save(tmp_path / "m")  # SB3 adds .zip
+    loaded = cls.load(tmp_path / "m.zip", env=env)  # an id works as env
+    assert loaded._settings() == model._settings()
+    assert json.dumps(loaded.history, sort_keys=True) == json.dumps(model.history, sort_keys=True)  # NaN-aware
+    assert loaded.num_timesteps == model.num_timesteps
+    for k, v in params_of(model).items():
+        torch.testing.assert_close(params_of(loaded)[k], v, rtol=0, atol=0)
+    loaded.learn(loaded.steps_per_iteration, reset_num_timesteps=False)
+
+
+def test_schedules_and_custom_objects(tmp_path: Path) -> None:
+    model = small_tpo(learning_rate=LinearSchedule(1e-3, 1e-4, 0.5))
+    model.save(tmp_path / "m.zip")
+    loaded = TPO.load(tmp_path / "m.zip")
+    assert loaded.lr_schedule(1.0) == pytest.approx(1e-3) and loaded.lr_schedule(0.0) == pytest.approx(1e-4)
+    with pytest.raises(ValueError, match="cannot save learning_rate"):
+        small_tpo(learning_rate=lambda p: 1e-3 * p).save(tmp_path / "lambda.zip")
+    again = TPO.load(tmp_path / "m.zip", custom_objects={"learning_rate": 5e-3}, eta=0.5)
+    assert again.lr_schedule(1.0) == pytest.approx(5e-3) and again.eta == 0.5
+
+
+PROMPTS = ["say a", "say b"]
+
+
+def _lm_agent(**policy: Any) -> TPO:
+    return TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=4, seed=0,
+               policy_kwargs={**lm_kwargs(), **policy})
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("saved") / "agent"
+    _lm_agent().save(path)
+    return path
+
+
+@pytest.fixture
+def agent_dir(saved: Path, tmp_path: Path) -> Path:
+    """A fresh copy of a saved (untrained) tiny LM agent, free to tamper with."""
+    return Path(shutil.copytree(saved, tmp_path / "agent"))
+
+
+def _edit_json(path: Path, edit: Any) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _set_model_kwargs(directory: Path, model_kwargs: dict[str, Any]) -> None:
+    _edit_json(directory / "tpo_gym.json", lambda m: m["kwargs"]["policy_kwargs"].update(model_kwargs=model_kwargs))
+
+
+def _plant_code(directory: Path, module: str, marker: Path) -> None:
+    (directory / f"{module}.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "from transformers import LlamaConfig, PreTrainedTokenizerFast\n"
+        "class EvilConfig(LlamaConfig):\n    pass\n"
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# language-model directories: no code run, no network
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("key, value", [
+    ("trust_remote_code", True), ("code_revision", "main"), ("revision", "main"), ("token", "hf_x"),
+    ("cache_dir", "/tmp"), ("local_files_only", False), ("gguf_file", "x.gguf"), ("use_kernels", True),
+    ("attn_implementation", "kernels-community/flash-attn"),
+])
+def test_load_refuses_code_or_network_settings_in_model_kwargs(agent_dir: Path, tmp_path: Path, key: str,
+                                                               value: Any) -> None:
+    marker = tmp_path / "marker"
+    _edit_json(agent_dir / "model" / "config.json",
+               lambda c: c.update(auto_map={"AutoConfig": "configuration_evil.EvilConfig"}))
+    _plant_code(agent_dir / "model", "configuration_evil", marker)
+    _set_model_kwargs(agent_dir, {key: value})
+    with pytest.raises(AgentFileError, match=f"model_kwargs.*{key}"):
+        TPO.load(agent_dir)
+    assert not marker.exists()
+
+
+def test_load_never_imports_code_that_config_or_tokenizer_files_name(agent_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    _edit_json(agent_dir / "model" / "config.json", lambda c: c.update(auto_map={
+        "AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "configuration_evil.EvilConfig"}))
+    _plant_code(agent_dir / "model", "configuration_evil", marker)
+    assert TPO.load(agent_dir).predict(PROMPTS, deterministic=True)[0].shape == (2,)  # auto_map ignored
+    _edit_json(agent_dir / "tokenizer" / "tokenizer_config.json", lambda c: c.update(
+        tokenizer_class="EvilTokenizer", auto_map={"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}))
+    _plant_code(agent_dir / "tokenizer", "tokenization_evil", marker)
+    with pytest.raises(AgentFileError, match="tokenizer.*does not hold a loadable tokenizer"):
+        TPO.load(agent_dir)
+    assert not marker.exists()
+
+
+def test_trust_remote_code_is_only_the_callers_argument(agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for name in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer"):
+        auto = getattr(transformers, name)
+        original = auto.from_pretrained
+
+        def record(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls.append((_name, kwargs))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(auto, "from_pretrained", record)
+    for trust in (False, True):
+        calls.clear()
+        TPO.load(agent_dir, **({"trust_remote_code": True} if trust else {}))
+        assert sorted({c[0] for c in calls}) == ["AutoConfig", "AutoModelForCausalLM", "AutoTokenizer"]
+        assert all(kw["trust_remote_code"] is trust and kw["local_files_only"] is True for _, kw in calls)
+    with pytest.raises(ValueError, match="trust_remote_code must be True or False"):
+        TPO.load(agent_dir, trust_remote_code="yes")
+
+
+def test_save_keeps_only_the_model_kwargs_a_file_may_set(tmp_path: Path) -> None:
+    model = _lm_agent(model_kwargs={"revision": "main", "attn_implementation": "eager", "trust_remote_code": True})
+    model.save(tmp_path / "agent")
+    meta = json.loads((tmp_path / "agent" / "tpo_gym.json").read_text())
+    assert meta["kwargs"]["policy_kwargs"]["model_kwargs"] == {"attn_implementation": "eager"}
+    assert TPO.load(tmp_path / "agent").policy.model_kwargs == {"attn_implementation": "eager"}
+
+
+def _save_base(tmp_path: Path) -> Path:
+    base = tmp_path / "base"
+    tiny_llama().save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    return base
+
+
+def test_lora_directory_loads_its_base_model_only_when_the_caller_passes_it(tmp_path: Path) -> None:
+    base = _save_base(tmp_path)
+    model = TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=4, seed=0, learning_rate=1e-2,
+                policy_kwargs={"model": str(base), "lora": {"r": 2}, "max_new_tokens": 4})
+    model.learn(model.steps_per_iteration)
+    model.save(tmp_path / "agent")
+    assert not (tmp_path / "agent" / "model").exists() and (tmp_path / "agent" / "adapter").is_dir()
+    with pytest.raises(AgentFileError, match=r"base model .* is not loaded from a file.*policy_kwargs=\{'model'"):
+        TPO.load(tmp_path / "agent")
+    loaded = TPO.load(tmp_path / "agent", policy_kwargs={"model": str(base)})
+    assert loaded.policy.lora == {"r": 2}  # the file's other policy settings stay
+    expected = model.predict(PROMPTS, deterministic=True)[0].tolist()
+    assert loaded.predict(PROMPTS, deterministic=True)[0].tolist() == expected
+    _edit_json(tmp_path / "agent" / "tpo_gym.json",
+               lambda m: m["kwargs"]["policy_kwargs"]["lora"].update(megatron_core="os"))
+    with pytest.raises(AgentFileError, match=r"policy_kwargs\.lora holds \['megatron_core'\]"):
+        TPO.load(tmp_path / "agent", policy_kwargs={"model": str(base)})
+
+
+def test_a_whole_model_directory_loads_only_its_own_model(agent_dir: Path) -> None:
+    with pytest.raises(ValueError, match="holds its model in model/"):
+        TPO.load(agent_dir, policy_kwargs={"model": "some/hub-model"})
+
+
+def test_a_zip_never_loads_a_language_model(agent_dir: Path, tmp_path: Path) -> None:
+    meta = json.loads((agent_dir / "tpo_gym.json").read_text())
+    meta["kwargs"]["policy_kwargs"]["model"] = str(agent_dir / "model")
+    meta.pop("format"), meta.pop("version")
+    persistence.write_agent_file(tmp_path / "lm.zip", meta, {"policy": {}, "optimizer": {}})
+    with pytest.raises(AgentFileError, match="saved as a directory .* never as a zip"):
+        TPO.load(tmp_path / "lm.zip")
+
+
+# --------------------------------------------------------------------------------------------
+# damaged language-model directories: one clear error naming the file
+# --------------------------------------------------------------------------------------------
+def _truncate(d: Path) -> None:
+    f = d / "model" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _bad_header(d: Path) -> None:
+    f = d / "model" / "model.safetensors"
+    f.write_bytes(b"\xff" * 8 + b"{not json" + f.read_bytes()[17:])
+
+
+def _outside_link(d: Path) -> None:
+    f = d / "model" / "model.safetensors"
+    outside = d.parent / "elsewhere.safetensors"
+    shutil.copy(f, outside)
+    f.unlink()
+    f.symlink_to(outside)
+
+
+def _optimizer_dir(d: Path) -> None:
+    (d / "optimizer.pt").unlink()
+    (d / "optimizer.pt").mkdir()
+
+
+DAMAGE = {
+    "truncated weights": (_truncate, r"model\.safetensors' is not a valid safetensors file"),
+    "empty weights": (lambda d: (d / "model" / "model.safetensors").write_bytes(b""),
+                      r"model\.safetensors' is not a valid safetensors file"),
+    "bad header": (_bad_header, r"model\.safetensors' is not a valid safetensors file"),
+    "weights linked outside": (_outside_link, r"model\.safetensors' is a symbolic link"),
+    "config not JSON": (lambda d: (d / "model" / "config.json").write_text("{not json"),
+                        r"config\.json' is not a valid model configuration"),
+    "negative vocab_size": (lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(vocab_size=-1)),
+                            r"config\.json': vocab_size must be a positive integer, got -1"),
+    "hub attention kernel in config": (
+        lambda d: _edit_json(d / "model" / "config.json",
+                             lambda c: c.update(attn_implementation="kernels-community/flash-attn")),
+        r"config\.json' names the attention implementation 'kernels-community/flash-attn'"),
+    "optimizer is a directory": (_optimizer_dir, r"optimizer\.pt' is not a regular file"),
+    "optimizer missing": (lambda d: (d / "optimizer.pt").unlink(), r"has no 'optimizer\.pt'"),
+    "tokenizer missing": (lambda d: shutil.rmtree(d / "tokenizer"), "has no tokenizer at"),
+    "tokenizer not JSON": (lambda d: (d / "tokenizer" / "tokenizer.json").write_text("{not json"),
+                           "tokenizer' does not hold a loadable tokenizer"),
+    "model missing": (lambda d: shutil.rmtree(d / "model"), r"must hold model/ \(and no adapter/\)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_directory_raises_an_agent_file_error_naming_the_file(agent_dir: Path, damage: str) -> None:
+    tamper, message = DAMAGE[damage]
+    tamper(agent_dir)
+    with pytest.raises(AgentFileError, match=message):
+        TPO.load(agent_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# language-model directories: strict weights
+# --------------------------------------------------------------------------------------------
+def _rewrite_weights(path: Path, edit: Any) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path))
+    edit(state)
+    save_file(state, str(path), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.pop("lm_head.weight"), r"missing \['lm_head\.weight'\]"),
+    (lambda s: s.update({"extra.weight": torch.zeros(2)}), r"unexpected \['extra\.weight'\]"),
+])
+def test_model_weights_load_strictly(agent_dir: Path, edit: Any, message: str) -> None:
+    _rewrite_weights(agent_dir / "model" / "model.safetensors", edit)
+    with pytest.raises(AgentFileError, match=message):
+        TPO.load(agent_dir)
+
+
+def test_tied_embeddings_are_not_a_missing_weight(tmp_path: Path) -> None:
+    net = tiny_llama()
+    net.config.tie_word_embeddings = True
+    net.tie_weights()
+    model = _lm_agent(model=net)
+    model.save(tmp_path / "agent")
+    expected = model.predict(PROMPTS, deterministic=True)[0].tolist()
+    assert TPO.load(tmp_path / "agent").predict(PROMPTS, deterministic=True)[0].tolist() == expected
+
+
+def test_adapter_weights_load_strictly(tmp_path: Path) -> None:
+    base = _save_base(tmp_path)
+    TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=4, seed=0,
+        policy_kwargs={"model": str(base), "lora": {"r": 2}, "max_new_tokens": 4}).save(tmp_path / "agent")
+    adapter = tmp_path / "agent" / "adapter" / "adapter_model.safetensors"
+    dropped: list[str] = []
+    _rewrite_weights(adapter, lambda s: dropped.append(sorted(s)[0]) or s.pop(dropped[0]))
+    with pytest.raises(AgentFileError, match=rf"adapter_model\.safetensors.*missing \['{dropped[0]}'\]"):
+        TPO.load(tmp_path / "agent", policy_kwargs={"model": str(base)})
+    _rewrite_weights(adapter, lambda s: s.update({dropped[0]: torch.zeros(1), "extra.lora_A.weight": torch.zeros(1)}))
+    with pytest.raises(AgentFileError, match=r"unexpected \['extra\.lora_A\.weight'\]"):
+        TPO.load(tmp_path / "agent", policy_kwargs={"model": str(base)})
+
+
+# --------------------------------------------------------------------------------------------
+# language-model directories: writes follow no planted link
+# --------------------------------------------------------------------------------------------
+def test_save_follows_no_link_planted_at_a_temporary_name(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    (tmp_path / ".agent.tmp").symlink_to(victim)
+    (tmp_path / ".agent.old").symlink_to(victim)
+    model = _lm_agent()
+    model.save(tmp_path / "agent")
+    model.save(tmp_path / "agent")  # over an existing agent
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"] and (victim / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".agent.old", ".agent.tmp", "agent", "victim"]
+    expected = model.predict(PROMPTS, deterministic=True)[0].tolist()
+    assert TPO.load(tmp_path / "agent").predict(PROMPTS, deterministic=True)[0].tolist() == expected

@@ -156,7 +156,8 @@ def test_epochs_reuse_the_frozen_target() -> None:
 
 @pytest.mark.parametrize("cls", [PPO, REINFORCE, DG])
 def test_terminal_reward_credits_every_position(cls: type) -> None:
-    """SPEC 3: terminal r_t = 1{all correct} at every t, so single-sample advantages use it everywhere."""
+    """docs/method.md section 3: terminal r_t = 1{all correct} at every t, so single-sample advantages use it
+    everywhere."""
     model = cls("TransformerPolicy", token_env(length=2, vocab_size=2, reward="terminal"), batch_size=64, seed=0)
     batch = model.collect_rollouts()
     exact = batch.rewards[:, -1]

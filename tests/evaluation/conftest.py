@@ -35,6 +35,22 @@ TINY_PRESET = {
 }
 
 
+#: DG runs in both settings, TPO only in the second: a per-panel colour cycle would colour DG differently.
+COLOUR_PRESET = {
+    "name": "colours", "description": "test-only preset: methods missing from some panels", "paper_ref": "none",
+    "seeds": 2,
+    "settings": [
+        {"name": "a", "kind": "tabular_single", "methods": ["DG"],
+         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
+        {"name": "b", "kind": "tabular_single",
+         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
+    ],
+    "methods": [{"name": "TPO", "algo": "TPO"}, {"name": "DG", "algo": "DG"}],
+    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"}],
+    "curves": ["error", "misalignment"], "log_y": True,
+}
+
+
 def write_preset(directory: Path, data: dict, name: str = "tiny.json") -> Path:
     path = directory / name
     path.write_text(json.dumps(data))

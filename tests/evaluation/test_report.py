@@ -13,19 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.evaluation.conftest import write_preset
+from tests.evaluation.conftest import COLOUR_PRESET, write_preset
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import report as R
 from tpo_gym.evaluation._io import atomic_write_text, current_umask, make_dirs
-from tpo_gym.evaluation.presets import PresetError, load_preset, validate_preset
+from tpo_gym.evaluation.presets import load_preset
 from tpo_gym.evaluation.report import NoStoredRuns, build_report, method_colors, zero_safe_scale
 from tpo_gym.evaluation.runner import bench
+
 
 # ---------------------------------------------------------------------------------------------
 # zero-safe scale
 # ---------------------------------------------------------------------------------------------
-
-
 def test_zero_safe_scale_log_when_every_value_is_positive() -> None:
     scale = zero_safe_scale([0.9, 0.1, 2e-3, np.nan])
     assert scale.kind == "log" and scale.floor == pytest.approx(1e-3) and scale.note == "log"
@@ -53,22 +52,6 @@ def test_zero_safe_scale_linear_without_positive_values() -> None:
 # ---------------------------------------------------------------------------------------------
 # one colour per method
 # ---------------------------------------------------------------------------------------------
-
-#: DG runs in both settings, TPO only in the second: a per-panel colour cycle would colour DG differently.
-COLOUR_PRESET = {
-    "name": "colours", "description": "test-only preset: methods missing from some panels", "paper_ref": "none",
-    "seeds": 2,
-    "settings": [
-        {"name": "a", "kind": "tabular_single", "methods": ["DG"],
-         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
-        {"name": "b", "kind": "tabular_single",
-         "params": {"n_arms": 10, "batch_size": 20, "steps": 15, "step_size": 0.5}},
-    ],
-    "methods": [{"name": "TPO", "algo": "TPO"}, {"name": "DG", "algo": "DG"}],
-    "metrics": [{"id": "final_error", "type": "final", "key": "error", "scale": 100, "unit": "%"}],
-    "curves": ["error", "misalignment"], "log_y": True,
-}
-
 
 def test_method_colors_follow_the_preset_order() -> None:
     colors = method_colors(["TPO", "GRPO", "PPO", "DG"])
@@ -126,125 +109,8 @@ def test_curve_panels_keep_their_labels_inside_the_panel(tmp_path: Path, monkeyp
 
 
 # ---------------------------------------------------------------------------------------------
-# claims
-# ---------------------------------------------------------------------------------------------
-
-METRICS = [{"id": "steps", "type": "steps_to_threshold", "key": "error", "threshold": 0.01},
-           {"id": "final", "type": "final", "key": "error", "scale": 100, "unit": "%"}]
-RAN = {"H=5": ["TPO", "GRPO", "PPO", "DG"], "bandit": ["TPO", "GRPO", "DG"]}
-VALUES = {("steps", "TPO", "H=5"): C.Stat(49, 2), ("steps", "GRPO", "H=5"): C.Stat(47, 2),
-          ("steps", "PPO", "H=5"): C.Stat(47, 2), ("steps", "DG", "H=5"): C.Stat(None),
-          ("steps", "TPO", "bandit"): C.Stat(100, 1), ("steps", "GRPO", "bandit"): C.Stat(104, 1),
-          ("steps", "DG", "bandit"): C.Stat(99, 2),
-          ("final", "TPO", "H=5"): C.Stat(0.07, 0.07), ("final", "GRPO", "H=5"): C.Stat(0.0, 0.0),
-          ("final", "PPO", "H=5"): C.Stat(0.0, 0.0), ("final", "DG", "H=5"): C.Stat(28.4, 1.0),
-          ("final", "TPO", "bandit"): C.Stat(0.008, 0.0005), ("final", "GRPO", "bandit"): C.Stat(0.25, 0.01),
-          ("final", "DG", "bandit"): C.Stat(0.18, 0.03)}
-
-
-def _verdict(checks: list[dict], paper=lambda *_: None) -> C.Verdict:
-    return C.evaluate_claim({"text": "t", "checks": checks}, METRICS, RAN,
-                            lambda metric, m, s: VALUES.get((metric["id"], m, s)) if m in RAN.get(s, []) else None,
-                            R._fmt_stat, paper)
-
-
-def test_claim_best_fails_with_the_numbers_that_refute_it() -> None:
-    verdict = _verdict([{"test": "best", "metric": "steps", "method": "TPO", "settings": ["H=5"]}])
-    assert verdict.status == C.FAILS
-    assert "GRPO 47 ± 2, PPO 47 ± 2, TPO 49 ± 2, DG never" in verdict.evidence[0]
-
-
-def test_claim_best_of_several_methods_and_among() -> None:
-    assert _verdict([{"test": "best", "metric": "steps", "methods": ["TPO", "DG"],
-                      "settings": ["bandit"]}]).status == C.HOLDS
-    # among restricts the comparison: TPO beats DG on steps in H=5 (never ranks last)
-    assert _verdict([{"test": "best", "metric": "steps", "method": "TPO", "among": ["DG"],
-                      "settings": ["H=5"]}]).status == C.HOLDS
-
-
-def test_claim_best_names_the_methods_it_ties_with() -> None:
-    verdict = _verdict([{"test": "best", "metric": "steps", "method": "GRPO", "settings": ["H=5"]}])
-    assert verdict.status == C.HOLDS
-    assert verdict.evidence[0].endswith("(tied with PPO)")
-    assert "tied" not in _verdict([{"test": "best", "metric": "steps", "method": "TPO",
-                                    "settings": ["bandit"], "among": ["GRPO"]}]).evidence[0]
-
-
-def test_claim_worst_order_bounds_and_never() -> None:
-    assert _verdict([{"test": "worst", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.HOLDS
-    assert _verdict([{"test": "order", "metric": "final", "methods": ["TPO", "DG", "GRPO"],
-                      "settings": ["bandit"]}]).status == C.HOLDS
-    assert _verdict([{"test": "order", "metric": "final", "methods": ["GRPO", "TPO"],
-                      "settings": ["bandit"]}]).status == C.FAILS
-    assert _verdict([{"test": "below", "metric": "final", "methods": ["TPO", "GRPO"], "value": 1}]).status == C.HOLDS
-    assert _verdict([{"test": "above", "metric": "final", "method": "DG", "value": 1}]).status == C.FAILS
-    assert _verdict([{"test": "never", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.HOLDS
-    assert _verdict([{"test": "never", "metric": "steps", "method": "DG"}]).status == C.FAILS  # reached in bandit
-    assert _verdict([{"test": "never", "metric": "steps", "method": "TPO"}]).status == C.FAILS
-
-
-def test_claim_ties_count_as_holding() -> None:
-    assert _verdict([{"test": "best", "metric": "final", "methods": ["GRPO"], "settings": ["H=5"]}]).status == C.HOLDS
-
-
-def test_claim_paper_and_worst_setting() -> None:
-    def paper(mid, m, s):
-        return {("final", "DG", "H=5"): 28.0, ("final", "TPO", "H=5"): 5.0}.get((mid, m, s))
-
-    dg = _verdict([{"test": "paper", "metric": "final", "method": "DG", "settings": ["H=5"]}], paper)
-    assert dg.status == C.HOLDS and "(paper 28.0)" in dg.evidence[0]
-    assert _verdict([{"test": "paper", "metric": "final", "method": "TPO", "settings": ["H=5"]}], paper).status \
-        == C.FAILS
-    assert _verdict([{"test": "worst_setting", "metric": "steps", "method": "TPO", "setting": "bandit"}]).status \
-        == C.HOLDS
-
-
-def test_claim_not_tested_when_its_settings_did_not_run() -> None:
-    verdict = _verdict([{"test": "best", "metric": "steps", "method": "TPO", "settings": ["V=16"]}])
-    assert verdict.status == C.UNTESTED and "V=16" in verdict.evidence[0]
-    partly = _verdict([{"test": "best", "metric": "final", "method": "TPO", "settings": ["bandit", "V=16"]}])
-    assert partly.status == C.PARTLY
-    assert C.evaluate_claim("a plain sentence", METRICS, RAN, lambda *_: None, R._fmt_stat).status == C.UNTESTED
-
-
-def test_mentioned_methods_reads_whole_names_longest_first() -> None:
-    names = ["TPO", "TPO-no-anchor", "PG", "Group PG", "GRPO", "GRPO (no KL)", "CE"]
-    assert C.mentioned_methods("GRPO and PG plateau higher", names) == {"GRPO", "PG"}
-    assert C.mentioned_methods("Group PG and TPO-no-anchor", names) == {"Group PG", "TPO-no-anchor"}
-    assert C.mentioned_methods("TPO_token is fastest; CEs", names) == set()
-
-
-def test_claim_checks_are_validated() -> None:
-    data = json.loads(json.dumps(COLOUR_PRESET))
-    data["paper_claims"] = [{"text": "x", "checks": [{"test": "best", "metric": "final_error", "method": "PPO"}]}]
-    with pytest.raises(PresetError, match="unknown methods"):
-        validate_preset(data)
-    data["paper_claims"] = [{"text": "x", "checks": [{"test": "fastest", "metric": "final_error", "method": "TPO"}]}]
-    with pytest.raises(PresetError, match="test must be one of"):
-        validate_preset(data)
-    data["paper_claims"] = [{"text": "x", "checks": [{"test": "below", "metric": "final_error", "method": "TPO"}]}]
-    with pytest.raises(PresetError, match="numeric 'value'"):
-        validate_preset(data)
-
-
-def test_packaged_claims_name_only_methods_of_their_preset() -> None:
-    from tpo_gym.evaluation.presets import available_presets
-
-    everyone = sorted({m["name"] for n in available_presets() for m in load_preset(n).methods}
-                      | {"PG", "CE", "TPO_token", "GRPO_token", "REINFORCE"})
-    for name in available_presets():
-        preset = load_preset(name)
-        own = {m["name"] for m in preset.methods}
-        for claim in preset.data.get("paper_claims", []):
-            assert isinstance(claim, dict) and claim.get("checks"), f"{name}: every claim has a check"
-            named = C.mentioned_methods(claim["text"], everyone)
-            assert named <= own, f"{name}: claim {claim['text']!r} names {named - own}, which the preset does not run"
-
-
-# ---------------------------------------------------------------------------------------------
 # report text
 # ---------------------------------------------------------------------------------------------
-
 CLAIMS_PRESET = {
     "name": "claims", "description": "test-only preset: no paper numbers, one claim per verdict",
     "paper_ref": "none", "seeds": 2,
@@ -332,8 +198,6 @@ def test_iqm_compares_methods_over_common_settings(claims_report: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # figures of diagnostics (agents): weights in one panel, no duplicate plot, loss per method
 # ---------------------------------------------------------------------------------------------
-
-
 def test_fraction_plot_is_dropped_when_it_only_repeats_another() -> None:
     cell = R.Cell("TPO", "s", rows=[[{"step": 0, "all_fail_fraction": 0.25, "any_success_fraction": 0.75}]])
     assert R._complementary({("TPO", "s"): cell}, "any_success_fraction", "all_fail_fraction")
@@ -358,8 +222,6 @@ def test_a_key_logged_every_n_steps_has_no_gaps_between_its_evaluations() -> Non
 # ---------------------------------------------------------------------------------------------
 # files: modes, stale figures, rebuilding from results.jsonl
 # ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
 def test_written_files_respect_the_umask(tmp_path: Path, umask: int, file_mode: int, dir_mode: int) -> None:
     old = os.umask(umask)

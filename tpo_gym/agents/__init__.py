@@ -19,25 +19,23 @@ text env such as ``tpo_gym/ReasoningGym-v0``; TPO, GRPO and GroupPG). :func:`tra
 :class:`SeedBatch` train S seeds of one agent in one process (``tpo_gym.agents.seed_batch``).
 """
 
+# The import order is the registration order: the registry's, the report's, the paper's.
+# isort: off
+from tpo_gym.agents.tpo import TPO as TPO
+from tpo_gym.agents.grpo import GRPO as GRPO
+from tpo_gym.agents.group_pg import GroupPG as GroupPG
+from tpo_gym.agents.single import DG as DG, PPO as PPO, REINFORCE as REINFORCE
+from tpo_gym.agents.ce import CE as CE
+# isort: on
 from tpo_gym.agents.base import GroupAlgorithm
-from tpo_gym.agents.ce import CE
-from tpo_gym.agents.group_pg import GroupPG
-from tpo_gym.agents.grpo import GRPO
 from tpo_gym.agents.lm import CausalLMPolicy
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, MuonAdamW, TransformerPolicy
 from tpo_gym.agents.prompts import PromptFormat
+from tpo_gym.agents.registry import AlgorithmSpec, algorithm_registry, register_algorithm
 from tpo_gym.agents.seed_batch import SeedBatch, train_seeds
-from tpo_gym.agents.single import DG, PPO, REINFORCE
-from tpo_gym.agents.tpo import TPO
 
 __all__ = [
-    "TPO",
-    "GRPO",
-    "GroupPG",
-    "PPO",
-    "REINFORCE",
-    "DG",
-    "CE",
+    *algorithm_registry(),  # the agent classes: TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE
     "GroupAlgorithm",
     "CategoricalPolicy",
     "MlpPolicy",
@@ -47,4 +45,7 @@ __all__ = [
     "MuonAdamW",
     "SeedBatch",
     "train_seeds",
+    "AlgorithmSpec",
+    "algorithm_registry",
+    "register_algorithm",
 ]

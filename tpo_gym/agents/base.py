@@ -57,6 +57,7 @@ from tpo_gym.agents.lm import (
     resolve_dtype,
 )
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, TransformerPolicy
+from tpo_gym.agents.registry import AlgorithmSpec
 from tpo_gym.agents.sampling import (
     RolloutBatch,
     RolloutEnv,
@@ -199,8 +200,10 @@ class GroupAlgorithm(BaseAlgorithm):
         "TransformerPolicy": TransformerPolicy,
         "CausalLMPolicy": CausalLMPolicy,
     }
-    #: "group": K candidates / rollouts per context; "single": one behaviour trajectory per context;
-    #: "oracle": every action scored (CE).
+    #: What the class is (:class:`~tpo_gym.agents.registry.AlgorithmSpec`), declared once by each agent class.
+    spec: ClassVar[AlgorithmSpec]
+    #: What a group is: ``spec.sampling`` ("group": K candidates / rollouts per context; "single": one
+    #: behaviour trajectory per context; "oracle": every action scored, CE), set from the class's spec.
     sampling: ClassVar[str] = "group"
     #: Base arguments a subclass does not take (its method fixes them), with their fixed value.
     fixed_params: ClassVar[dict[str, Any]] = {}
@@ -212,6 +215,8 @@ class GroupAlgorithm(BaseAlgorithm):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give each agent class its full signature and the ``:param:`` lines of inherited arguments."""
         super().__init_subclass__(**kwargs)
+        if "spec" in cls.__dict__:
+            cls.sampling = cls.spec.sampling
         if "__init__" not in cls.__dict__:
             return
         own = inspect.signature(cls.__init__)
@@ -424,8 +429,8 @@ class GroupAlgorithm(BaseAlgorithm):
                              f"integer >= 2, got {self.group_size}")
         if grouping.needs_group_api and not native:
             what = {"candidates": "level='token'", "actions": f"{type(self).__name__}"}[grouping.kind]
-            if type(self).__name__ == "CE":
-                what = "CE (the supervised oracle)"
+            if self.sampling == "oracle":
+                what = f"{type(self).__name__} (the supervised oracle)"
             wrapped = self._source.wrapper_names()
             why = (f"this env is wrapped ({', '.join(wrapped)}), and wrapped envs roll out through their wrappers "
                    "in a sync vector env, without the group API" if wrapped else "this env has none")
@@ -996,7 +1001,7 @@ class GroupAlgorithm(BaseAlgorithm):
             the file.
         :raises ValueError: (:class:`~tpo_gym.agents.persistence.AgentFileError`) naming the bad part.
         """
-        from tpo_gym import agents as agent_module
+        from tpo_gym.agents.registry import algorithm_class
 
         trust_remote_code = check_bool("trust_remote_code", trust_remote_code)
 
@@ -1008,10 +1013,10 @@ class GroupAlgorithm(BaseAlgorithm):
         stored = meta.get("class")
         target: type[GroupAlgorithm] = cls
         if cls is GroupAlgorithm:
-            found = getattr(agent_module, str(stored), None)
-            if not (isinstance(found, type) and issubclass(found, GroupAlgorithm)) or found is GroupAlgorithm:
-                raise persistence.AgentFileError(f"the file holds an unknown agent class {stored!r}")
-            target = found
+            try:
+                target = algorithm_class(str(stored))
+            except ValueError:
+                raise persistence.AgentFileError(f"the file holds an unknown agent class {stored!r}") from None
         elif stored != cls.__name__:
             raise persistence.AgentFileError(
                 f"the file holds a {stored} agent, not {cls.__name__}: use {stored}.load (or GroupAlgorithm.load)"

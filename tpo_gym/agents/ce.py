@@ -9,12 +9,14 @@ from stable_baselines3.common.type_aliases import GymEnv
 
 from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.registry import AlgorithmSpec, register_algorithm
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import cross_entropy_loss
 
 __all__ = ["CE"]
 
 
+@register_algorithm
 class CE(GroupAlgorithm):
     """Supervised cross-entropy on the true label: the oracle of MNIST and the bandits.
 
@@ -28,7 +30,8 @@ class CE(GroupAlgorithm):
     :param n_epochs: full-batch steps per batch (default 1).
     """
 
-    sampling: ClassVar[str] = "oracle"
+    spec = AlgorithmSpec(sampling="oracle", tabular="ce",
+                         run_kinds=("token", "mnist", "tabular_single", "tabular_multi"))
     fixed_params: ClassVar[dict[str, Any]] = {"group_size": 1, "level": "auto", "budget": "prompt"}
 
     def __init__(

@@ -10,12 +10,20 @@ from stable_baselines3.common.type_aliases import GymEnv
 from tpo_gym._validation import check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm, Grouping
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.registry import (
+    GROUP_DIAGNOSTICS,
+    TEXT_DIAGNOSTICS,
+    UPDATE_DIAGNOSTICS,
+    AlgorithmSpec,
+    register_algorithm,
+)
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import group_pg_loss, standardize_scores
 
 __all__ = ["GroupPG"]
 
 
+@register_algorithm
 class GroupPG(GroupAlgorithm):
     """Group policy gradient: loss ``-mean sum_k (u_k / eta) * log pi(y_k)`` over TPO's groups.
 
@@ -32,6 +40,12 @@ class GroupPG(GroupAlgorithm):
     :param eta: temperature of the weights ``u / eta``, > 0 (default 1).
     :param candidates: ``"sampled"`` (K candidates / rollouts per context, default) or ``"single"``.
     """
+
+    spec = AlgorithmSpec(
+        sampling="group", levels=("token", "sequence"), tabular="group_pg",
+        run_kinds=("token", "mnist", "llm", "tabular_single"),
+        diagnostics=(*UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS, *TEXT_DIAGNOSTICS),
+    )
 
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, eta: float = 1.0,

@@ -10,6 +10,14 @@ from stable_baselines3.common.type_aliases import GymEnv
 from tpo_gym._validation import check_bool, check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.registry import (
+    GROUP_DIAGNOSTICS,
+    TEXT_DIAGNOSTICS,
+    UPDATE_DIAGNOSTICS,
+    AlgorithmSpec,
+    Diagnostic,
+    register_algorithm,
+)
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.agents.tpo import winner_loser_means
 from tpo_gym.objectives import grpo_advantages, grpo_loss, zero_variance_groups
@@ -17,6 +25,7 @@ from tpo_gym.objectives import grpo_advantages, grpo_loss, zero_variance_groups
 __all__ = ["GRPO"]
 
 
+@register_algorithm
 class GRPO(GroupAlgorithm):
     """Group Relative Policy Optimization with a k3 KL penalty to the rollout snapshot.
 
@@ -37,6 +46,13 @@ class GRPO(GroupAlgorithm):
         ``"initial"`` (a frozen copy of the initial model, TRL's meaning of ``beta``; language models
         only).
     """
+
+    spec = AlgorithmSpec(
+        sampling="group", levels=("token", "sequence"), tabular="grpo", clipped_surrogate=True,
+        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi"),
+        diagnostics=(*UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS, Diagnostic("mean_abs_adv_winners"),
+                     Diagnostic("mean_abs_adv_losers"), *TEXT_DIAGNOSTICS),
+    )
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 from tpo_gym._validation import check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.registry import AlgorithmSpec, register_algorithm
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import batch_baseline_advantages, dg_loss, grpo_advantages, ppo_loss, reinforce_loss
 
@@ -26,7 +27,6 @@ __all__ = ["PPO", "REINFORCE", "DG"]
 class _SingleSample(GroupAlgorithm):
     """Shared rollouts and advantages of PPO, REINFORCE and DG (``view`` = behaviour-action log-probs)."""
 
-    sampling: ClassVar[str] = "single"
     fixed_params: ClassVar[dict[str, Any]] = {"level": "auto"}
 
     #: the advantage baselines this method accepts (``baseline=``)
@@ -56,6 +56,7 @@ class _SingleSample(GroupAlgorithm):
         return {"adv": self.advantages(batch), "logp_old": old}, {}
 
 
+@register_algorithm
 class PPO(_SingleSample):
     """The paper's critic-free PPO baseline (not Stable-Baselines3's PPO).
 
@@ -71,6 +72,8 @@ class PPO(_SingleSample):
     :param clip_range: ratio clip epsilon >= 0 (default 0.2).
     """
 
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), clipped_surrogate=True)
+
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, clip_range: float = 0.2,
         **kwargs: Any,
@@ -83,6 +86,7 @@ class PPO(_SingleSample):
         return ppo_loss(current, fixed["logp_old"], fixed["adv"], self.clip_range, batch.step_mask)
 
 
+@register_algorithm
 class REINFORCE(_SingleSample):
     """REINFORCE / policy gradient with a baseline: loss ``-mean_b sum_t A_t log pi(a_t)``.
 
@@ -96,6 +100,7 @@ class REINFORCE(_SingleSample):
     :param baseline: ``"batch"``, ``"expected"`` or ``"standardized"``.
     """
 
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single"), tabular="pg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected", "standardized")
 
     def __init__(
@@ -110,6 +115,7 @@ class REINFORCE(_SingleSample):
         return reinforce_loss(current, fixed["adv"], batch.step_mask)
 
 
+@register_algorithm
 class DG(_SingleSample):
     """Delightful Policy Gradient (Osband 2026): REINFORCE gated by ``sigmoid(A * surprisal / eta)``.
 
@@ -122,6 +128,8 @@ class DG(_SingleSample):
     :param baseline: ``"batch"`` or ``"expected"``.
     """
 
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "tabular_multi"),
+                         tabular="dg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected")
 
     def __init__(

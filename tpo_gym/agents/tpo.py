@@ -13,6 +13,14 @@ from tpo_gym._validation import check_bool, check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm, Grouping
 from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.registry import (
+    GROUP_DIAGNOSTICS,
+    TEXT_DIAGNOSTICS,
+    UPDATE_DIAGNOSTICS,
+    AlgorithmSpec,
+    Diagnostic,
+    register_algorithm,
+)
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
@@ -59,6 +67,7 @@ def collapsed_target_fraction(q: torch.Tensor, scores: torch.Tensor, mask: torch
     return torch.where(n > 0, collapsed.sum() / n.clamp(min=1), torch.full((), math.nan, device=q.device))
 
 
+@register_algorithm
 class TPO(GroupAlgorithm):
     """Target Policy Optimization: fit the policy to a frozen target over each group of candidates.
 
@@ -96,6 +105,27 @@ class TPO(GroupAlgorithm):
         and TRL average it; with LoRA the reference is the base model with the adapters disabled, no
         copy). The paper's GSM8K recipe: ``beta=1e-3`` with LoRA rank 32 (docs/method.md section 7).
     """
+
+    spec = AlgorithmSpec(
+        sampling="group", levels=("token", "sequence"), tabular="tpo",
+        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi"),
+        diagnostics=(
+            *UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS,
+            Diagnostic("mean_q_winners", "*winners* / *losers*: candidates above / below their group's mean score; "
+                                         "`mean_q_*` is their mean target probability q_i (TPO), `mean_abs_adv_*` "
+                                         "their mean |A_i| (GRPO)"),
+            Diagnostic("mean_q_losers"),
+            Diagnostic("entropy_q", "`entropy_q` / `entropy_p_old`: mean entropy (nats) of the target q and of pi_old "
+                                    "renormalised over each group's K completions (near 0: one completion takes all "
+                                    "the weight)"),
+            Diagnostic("entropy_p_old"),
+            *TEXT_DIAGNOSTICS,
+            Diagnostic("collapsed_target_fraction", "`collapsed_target_fraction`: fraction of the informative groups "
+                                                    "(scores not all equal) whose best-scored completions get at most "
+                                                    "1% of the target q (TPO): p_old is near one-hot there, so the "
+                                                    "update is near zero"),
+        ),
+    )
 
     def __init__(
         self,

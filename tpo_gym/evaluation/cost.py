@@ -43,16 +43,15 @@ SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
                     "forward + backward ~22 s"),
 }
 
-_SINGLE_SAMPLE = ("PPO", "REINFORCE", "DG", "CE")
 _FALLBACK = {"batch_size": 100, "group_size": 8, "n_epochs": 4, "level": "auto", "budget": "prompt"}
 
 
 def _default(algo: str, name: str) -> Any:
     """The agent class's default for constructor argument ``name`` (read from its signature)."""
     try:
-        import tpo_gym
+        from tpo_gym.agents.registry import algorithm_class
 
-        param = inspect.signature(getattr(tpo_gym, algo)).parameters.get(name)
+        param = inspect.signature(algorithm_class(algo)).parameters.get(name)
         if param is not None and param.default is not inspect.Parameter.empty:
             return param.default
     except (ImportError, AttributeError, TypeError, ValueError):
@@ -80,11 +79,10 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 100)) * batch * int(_arg(spec, "group_size")) * tokens * (1 + 2 * epochs)
     if spec.kind == "mnist":
         return float(p.get("steps", 10_000)) * batch * (1 + epochs)
-    group = int(_arg(spec, "group_size"))
-    if spec.algo in _SINGLE_SAMPLE:
-        rollouts = batch * group if _arg(spec, "budget") == "interaction" else batch
-    else:
-        rollouts = batch * group if _arg(spec, "level") == "sequence" else batch
+    from tpo_gym.agents.registry import algorithm_spec
+
+    rollouts = algorithm_spec(spec.algo).rollouts_per_iteration(
+        batch, int(_arg(spec, "group_size")), _arg(spec, "level"), _arg(spec, "budget"))
     horizon = int(p.get("env_kwargs", {}).get("length", 10))
     return float(p.get("episodes", 1000)) * rollouts * horizon * (1 + epochs)
 

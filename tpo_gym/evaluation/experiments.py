@@ -31,30 +31,36 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RUN_KINDS", "AGENT_ALGOS", "methods_for_kind", "execute_run", "make_agent"]
+__all__ = ["RUN_KINDS", "methods_for_kind", "execute_run", "make_agent"]
 
-#: Agent classes that train language models (run kind ``llm``).
-LLM_ALGOS: tuple[str, ...] = ("TPO", "GRPO", "GroupPG")
-#: Agent class names exported by :mod:`tpo_gym` that presets may use as ``algo``.
-AGENT_ALGOS: tuple[str, ...] = ("TPO", "GRPO", "PPO", "REINFORCE", "GroupPG", "DG", "CE")
-
-#: Tabular method name of each agent algo (``tpo_gym.evaluation.tabular`` spells them lower-case).
-_TABULAR_NAME = {"TPO": "tpo", "GRPO": "grpo", "REINFORCE": "pg", "GroupPG": "group_pg", "DG": "dg", "CE": "ce"}
 
 
 def methods_for_kind(kind: str) -> tuple[str, ...]:
-    """The ``algo`` names a run kind accepts."""
-    from tpo_gym.evaluation import tabular
+    """The ``algo`` names a run kind accepts: the registered algorithms that declare it
+    (:attr:`~tpo_gym.agents.registry.AlgorithmSpec.run_kinds`)."""
+    from tpo_gym.agents.registry import algorithm_registry
 
-    if kind == "tabular_single":
-        return tuple(a for a, t in _TABULAR_NAME.items() if t in tabular.SINGLE_CONTEXT_METHODS)
-    if kind == "tabular_multi":
-        return tuple(a for a, t in _TABULAR_NAME.items() if t in tabular.MULTI_CONTEXT_METHODS)
-    if kind in ("token", "mnist"):
-        return AGENT_ALGOS
-    if kind == "llm":
-        return LLM_ALGOS
-    raise KeyError(f"unknown run kind {kind!r}")
+    if kind not in RUN_KINDS:
+        raise KeyError(f"unknown run kind {kind!r}")
+    return tuple(name for name, spec in algorithm_registry().items() if kind in spec.run_kinds)
+
+
+def __getattr__(name: str) -> Any:
+    """``AGENT_ALGOS``: every registered algorithm's name (read from the registry when asked)."""
+    if name == "AGENT_ALGOS":
+        from tpo_gym.agents.registry import algorithm_registry
+
+        return tuple(algorithm_registry())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _tabular_name(algo: str) -> str:
+    from tpo_gym.agents.registry import algorithm_spec
+
+    name = algorithm_spec(algo).tabular
+    if name is None:
+        raise ValueError(f"{algo} has no tabular version")
+    return name
 
 
 def _limit_threads() -> None:
@@ -68,14 +74,14 @@ def _limit_threads() -> None:
 def _run_tabular_single(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from tpo_gym.evaluation.tabular import single_context_bandit
 
-    return single_context_bandit(_TABULAR_NAME[spec["algo"]], spec["seed"], **spec["params"],
+    return single_context_bandit(_tabular_name(spec["algo"]), spec["seed"], **spec["params"],
                                  **spec["method_kwargs"])
 
 
 def _run_tabular_multi(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from tpo_gym.evaluation.tabular import multi_context_bandit
 
-    return multi_context_bandit(_TABULAR_NAME[spec["algo"]], spec["seed"], **spec["params"],
+    return multi_context_bandit(_tabular_name(spec["algo"]), spec["seed"], **spec["params"],
                                 **spec["method_kwargs"])
 
 
@@ -91,17 +97,16 @@ def make_agent(
 
     ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
     learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
-    class ``tpo_gym.<algo>``; ``params["policy"]`` (default :data:`DEFAULT_POLICY` of the kind) is
+    class registered as ``algo`` (:func:`~tpo_gym.agents.registry.algorithm_class`); ``params["policy"]``
+    (default :data:`DEFAULT_POLICY` of the kind) is
     its policy argument. ``env`` is a Gymnasium env instance. ``policy_kwargs`` of the two are merged
     key by key (a method can add ``{"setup": "reference"}`` to the setting's policy settings).
     ``params["setup"]`` (the key the tabular kinds take, so one preset setup can name it for every kind)
     is the policy's ``setup`` unless ``policy_kwargs`` name one.
     """
-    import tpo_gym
+    from tpo_gym.agents.registry import algorithm_class
 
-    if algo not in AGENT_ALGOS:
-        raise ValueError(f"unknown agent {algo!r}; known: {', '.join(AGENT_ALGOS)}")
-    cls = getattr(tpo_gym, algo)
+    cls = algorithm_class(algo)
     shared = params.get("agent_kwargs", {})
     kwargs = {**shared, **method_kwargs}
     if "policy_kwargs" in shared and "policy_kwargs" in method_kwargs:

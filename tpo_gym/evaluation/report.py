@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tpo_gym.agents.registry import algorithm_spec, reported_diagnostics
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
@@ -42,11 +43,15 @@ from tpo_gym.evaluation.runner import load_record, record_path, switch_preset
 __all__ = ["DIAGNOSTIC_KEYS", "PALETTE", "BadManifest", "NoStoredRuns", "Scale", "build_report", "method_colors",
            "zero_safe_scale"]
 
-#: Diagnostics the agents log (docs/method.md section 5); reported when present in the rows.
-DIAGNOSTIC_KEYS = (
-    "grad_norm", "loss", "zero_variance_fraction", "all_fail_fraction", "any_success_fraction",
-    "mean_q_winners", "mean_q_losers", "mean_abs_adv_winners", "mean_abs_adv_losers", "misalignment",
-)
+#: Diagnostics the agents log (docs/method.md section 5), as their classes declare them in the algorithm registry
+#: (:func:`~tpo_gym.agents.registry.reported_diagnostics`), and the tabular runs' ``misalignment``; reported
+#: when present in the rows. (The report reads the registry as it stands: :func:`_diagnostic_keys`.)
+DIAGNOSTIC_KEYS = (*reported_diagnostics(), "misalignment")
+
+
+def _diagnostic_keys() -> tuple[str, ...]:
+    """:data:`DIAGNOSTIC_KEYS` of the registry as it stands (with algorithms registered since import)."""
+    return (*reported_diagnostics(), "misalignment")
 #: The one colour list of every report: method i of the preset gets ``PALETTE[i % len(PALETTE)]``.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -524,7 +529,7 @@ def _fig_loss(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dict[s
                "surrogates; REINFORCE, DG: policy-gradient losses), so their values are not comparable. "
                "Darker shades of a method's colour are later settings of the preset.")
     algos = {m["name"]: m["algo"] for m in preset.methods}
-    if any(algos.get(m) in ("GRPO", "PPO") for m in methods):
+    if any(m in algos and algorithm_spec(algos[m]).clipped_surrogate for m in methods):
         caption += (" At the first epoch the ratio to the rollout policy is 1, so a clipped surrogate equals minus "
                     "the mean advantage, about 0 with zero-mean advantages: GRPO's and PPO's first-epoch loss says "
                     "little about learning.")
@@ -694,7 +699,7 @@ def _figures(preset: Preset, cells: dict[tuple[str, str], Cell], out: Path, n_se
     present = set().union(*(c.keys() for c in cells.values())) if cells else set()
     log = bool(preset.data.get("log_y", False))
     wanted = list(preset.data.get("curves", ["error"]))
-    wanted += [k for k in DIAGNOSTIC_KEYS if k in present and k not in wanted]
+    wanted += [k for k in _diagnostic_keys() if k in present and k not in wanted]
     skip_any = _complementary(cells, "any_success_fraction", "all_fail_fraction")
     figures: list[Figure] = []
     done: set[str] = set()
@@ -758,22 +763,6 @@ _ERROR_TERMS = {
             "held-out questions (the same dataset with another seed), every `eval_every` steps; `test_accuracy` "
             "the fraction of those scored 1"),
 }
-_DIAG_TERMS = {
-    "grad_norm": "`grad_norm`: L2 norm of the gradient of the first epoch of each step",
-    "zero_variance_fraction": ("`zero_variance_fraction`: fraction of groups whose K scores are all equal; "
-                               "their z-scores are 0, so they carry no learning signal"),
-    "all_fail_fraction": "`all_fail_fraction`: fraction of groups in which every candidate fails (score 0)",
-    "any_success_fraction": "`any_success_fraction`: fraction of groups with at least one success (score 1)",
-    "mean_q_winners": ("*winners* / *losers*: candidates above / below their group's mean score; "
-                       "`mean_q_*` is their mean target probability q_i (TPO), `mean_abs_adv_*` their mean |A_i| "
-                       "(GRPO)"),
-    "entropy_q": ("`entropy_q` / `entropy_p_old`: mean entropy (nats) of the target q and of pi_old renormalised "
-                  "over each group's K completions (near 0: one completion takes all the weight)"),
-    "completion_length": "`completion_length`: mean completion length in tokens (up to and including EOS)",
-    "collapsed_target_fraction": ("`collapsed_target_fraction`: fraction of the informative groups (scores not all "
-                                  "equal) whose best-scored completions get at most 1% of the target q (TPO): "
-                                  "p_old is near one-hot there, so the update is near zero"),
-}
 
 
 def _terms(preset: Preset, present: set[str]) -> list[str]:
@@ -791,8 +780,8 @@ def _terms(preset: Preset, present: set[str]) -> list[str]:
     md.append("- **±** — standard error over seeds, std (ddof = 1) / sqrt(n). **⚠** — outside 2 s.e. of the "
               "paper's value; the paper's `-` means never reached (steps) or above the stated bound (error). "
               "**n/a** — the setting does not run this method, or no run finished.")
-    for key, text in _DIAG_TERMS.items():
-        if key in present:
+    for key, text in reported_diagnostics().items():  # the glossary entries the agent classes declare
+        if text and key in present:
             md.append(f"- {text}.")
     md.append("- Method definitions, tasks and the paper's numbers: docs/method.md of the tpo-gym repository "
               "(sections 1-6).")
@@ -974,7 +963,7 @@ def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
 
 
 def _diagnostics(preset: Preset, cells: dict[tuple[str, str], Cell], present: set[str]) -> list[str]:
-    diag = [k for k in DIAGNOSTIC_KEYS if k in present]
+    diag = [k for k in _diagnostic_keys() if k in present]
     if not diag:
         return []
     groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}

@@ -1,4 +1,5 @@
-"""Rollouts on the policy's device (rollouts_on_device): the same batches and curves as the numpy envs."""
+"""tpo_gym.agents.sampling on the policy's device (rollouts_on_device): the same batches and curves as the
+numpy envs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""MNIST bandit and data module, on the real MNIST (``python -m tpo_gym.envs.mnist_data`` first)."""
+"""tpo_gym.envs.mnist_data: the real MNIST (``python -m tpo_gym.envs.mnist_data`` first), its checksums,
+its safe conversion, and clear errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import pickle
 import shutil
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -16,14 +16,8 @@ from tpo_gym.envs import mnist_data
 from tpo_gym.envs.mnist_bandit import MNISTBanditEnv
 
 
-@pytest.fixture(scope="module")
-def data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    assert mnist_data.is_verified(), f"MNIST missing: run {mnist_data.fetch_command()} before the tests"
-    return (*mnist_data.load_mnist("train"), *mnist_data.load_mnist("test"))
-
-
-def test_load_mnist_is_the_real_mnist(data: tuple[np.ndarray, ...]) -> None:
-    xtr, ytr, xte, yte = data
+def test_load_mnist_is_the_real_mnist(mnist_splits: tuple[np.ndarray, ...]) -> None:
+    xtr, ytr, xte, yte = mnist_splits
     assert xtr.shape == (60000, 784) and xte.shape == (10000, 784)
     assert xtr.dtype == xte.dtype == np.float32 and ytr.dtype == yte.dtype == np.int64
     assert xtr.min() == 0.0 and xtr.max() == 1.0
@@ -33,41 +27,6 @@ def test_load_mnist_is_the_real_mnist(data: tuple[np.ndarray, ...]) -> None:
     np.testing.assert_array_equal(np.bincount(yte), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
     assert mnist_data.load_mnist("train")[0] is xtr  # cached in-process
     assert not xtr.flags.writeable
-
-
-def test_env_observation_reward_and_label(data: tuple[np.ndarray, ...]) -> None:
-    xtr, ytr, _, _ = data
-    env = gym.make("tpo_gym/MNISTBandit-v0")
-    for seed in range(5):
-        obs, info = env.reset(seed=seed)
-        assert "label" not in info
-        idx = env.unwrapped.index
-        np.testing.assert_array_equal(obs, xtr[idx])
-        label = int(ytr[idx])
-        np.testing.assert_array_equal(env.unwrapped.score_candidates(np.arange(10)), np.arange(10) == label)
-        action = label if seed % 2 else (label + 1) % 10
-        _, reward, terminated, truncated, info = env.step(action)
-        assert (reward, terminated, truncated) == (float(seed % 2), True, False)
-        assert info["label"] == label
-
-
-def test_test_split_and_vector_env(data: tuple[np.ndarray, ...]) -> None:
-    _, _, xte, yte = data
-    venv = gym.make_vec("tpo_gym/MNISTBandit-v0", num_envs=6, vectorization_mode="vector_entry_point", split="test")
-    obs, _ = venv.reset(seed=0, options={"group_size": 3})
-    idx = venv.unwrapped.indices
-    np.testing.assert_array_equal(obs, xte[idx])
-    assert idx[0] == idx[1] == idx[2] and idx[3] == idx[4] == idx[5]
-    _, rewards, terminated, _, info = venv.step(yte[idx])
-    np.testing.assert_array_equal(rewards, np.ones(6))
-    np.testing.assert_array_equal(info["label"], yte[idx])
-
-
-def test_bad_split() -> None:
-    with pytest.raises(ValueError, match=r"split must be one of \['train', 'test'\], got 'val'"):
-        gym.make("tpo_gym/MNISTBandit-v0", split="val")
-    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
-        mnist_data.load_mnist("valid")
 
 
 def test_missing_data_error_names_the_command(tmp_path: Path) -> None:

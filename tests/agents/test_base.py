@@ -1,7 +1,9 @@
-"""The SB3 surface: callbacks, logger, predict, errors, history, steps_per_iteration, other envs."""
+"""tpo_gym.agents.base (GroupAlgorithm): the SB3 surface (callbacks, logger, learn, predict, history,
+steps_per_iteration), env resolution, and the constructor arguments of every method."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +14,19 @@ from stable_baselines3.common.callbacks import (
     BaseCallback,
     CheckpointCallback,
     EvalCallback,
+    ProgressBarCallback,
     StopTrainingOnRewardThreshold,
 )
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
-from tests.agents.conftest import bandit_env, token_env
-from tpo_gym import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG
-from tpo_gym.agents import MuonAdamW, TransformerPolicy
+from tests.agents.conftest import bandit_env, small_tpo, token_env
+from tpo_gym import CE, DG, GRPO, PPO, REINFORCE, TPO
+from tpo_gym.agents import GroupAlgorithm, MuonAdamW, TransformerPolicy
+from tpo_gym.agents.registry import algorithm_class, algorithm_registry
 
-ALL = [TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE]
+ALL = [algorithm_class(name) for name in algorithm_registry()]  # every registered agent class
 
 
 class _Count(BaseCallback):
@@ -53,7 +58,7 @@ def test_history_and_steps_per_iteration(cls: type) -> None:
     for h in model.history:
         assert {"iteration", "num_timesteps", "error", "loss", "grad_norm"} <= set(h)
         assert 0.0 <= h["error"] <= 1.0
-    if cls in (TPO, GRPO, GroupPG):
+    if cls.sampling == "group":
         assert {"zero_variance_fraction", "all_fail_fraction", "any_success_fraction"} <= set(model.history[0])
     if cls is TPO:
         assert {"mean_q_winners", "mean_q_losers"} <= set(model.history[0])
@@ -155,51 +160,6 @@ def test_bad_arguments_raise_clear_value_errors(make: Any, match: str) -> None:
         make()
 
 
-def test_cartpole_sequence_level_groups_improve_return() -> None:
-    """TPO on a non-tpo_gym env: K same-seed episodes per context, score = return."""
-    model = TPO("MlpPolicy", "CartPole-v1", batch_size=4, group_size=8, learning_rate=3e-3, seed=0)
-    assert model.level == "sequence"
-    model.learn(25_000)
-    returns = [500 * (1 - h["error"]) for h in model.history]
-    assert np.mean(returns[-5:]) > 1.5 * np.mean(returns[:5])
-    grpo = GRPO("MlpPolicy", "CartPole-v1", batch_size=2, group_size=4, seed=0)
-    before = grpo.policy.state_dict()["net.0.weight"].clone()
-    grpo.learn(1)
-    assert len(grpo.history) == 1 and not np.allclose(before, grpo.policy.state_dict()["net.0.weight"])
-
-
-def test_mnist_single_candidate_tpo_and_ce_run() -> None:
-    env = gym.make("tpo_gym/MNISTBandit-v0")
-    tpo = TPO("MlpPolicy", env, candidates="single", seed=0)
-    assert tpo.steps_per_iteration == 100
-    tpo.learn(30 * tpo.steps_per_iteration)
-    errors = [h["error"] for h in tpo.history]
-    assert np.mean(errors[-5:]) < np.mean(errors[:5]) - 0.1
-    ce = CE("MlpPolicy", env, seed=0)
-    ce.learn(30 * ce.steps_per_iteration)
-    assert np.mean([h["error"] for h in ce.history][-5:]) < 0.8
-
-
-@pytest.mark.parametrize("policy,env", [
-    ("MlpPolicy", "bandit"), ("MlpPolicy", "token"), ("TransformerPolicy", "token"), ("MlpPolicy", "mnist")])
-def test_predict_on_an_empty_batch_returns_no_actions(policy: str, env: str) -> None:
-    made = {"bandit": bandit_env, "token": token_env, "mnist": lambda: gym.make("tpo_gym/MNISTBandit-v0")}[env]()
-    model = TPO(policy, made, batch_size=4, seed=0)
-    shape = made.observation_space.shape
-    one, _ = model.predict(np.stack([made.observation_space.sample()]))
-    for empty in (np.zeros((0, *shape), dtype=made.observation_space.dtype), np.zeros((0, *shape)), []):
-        actions, state = model.predict(empty, deterministic=True)
-        assert state is None and actions.shape == (0,) and actions.dtype == one.dtype
-
-
-def test_predict_on_an_empty_list_of_questions_returns_no_completions() -> None:
-    from tests.agents.lm_toys import lm_kwargs, say_letter_env
-
-    model = TPO("CausalLMPolicy", say_letter_env(), policy_kwargs=lm_kwargs(), batch_size=2, group_size=2, seed=0)
-    texts, state = model.predict([])
-    assert state is None and texts.shape == (0,) and texts.dtype == object
-
-
 @pytest.mark.parametrize("bad", [[1], "net_arch", 3, {1: 2}])
 def test_policy_kwargs_that_is_not_a_dict_is_named(bad: Any) -> None:
     with pytest.raises(ValueError, match=r"policy_kwargs must be None or a dict with str keys, got"):
@@ -224,3 +184,140 @@ def test_cuda_device_without_cuda_is_refused_and_auto_falls_back(monkeypatch: py
     assert TPO("MlpPolicy", bandit_env(), device="auto").device.type == "cpu"
     with pytest.raises(ValueError, match=r"device must be 'cpu', 'auto', 'cuda' or 'cuda:N', got 'tpu'"):
         TPO("MlpPolicy", bandit_env(), device="tpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# learn
+# ---------------------------------------------------------------------------------------------
+class _Prompts(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[np.ndarray] = []
+
+    def _on_step(self) -> bool:
+        self.prompts.append(self.model.rollout_batch.obs[:, 0].cpu().numpy().copy())
+        return True
+
+
+def test_learn_again_continues_with_fresh_rollouts() -> None:
+    model = TPO("TransformerPolicy", token_env(length=6), batch_size=16, seed=0)
+    first, second = _Prompts(), _Prompts()
+    model.learn(2 * model.steps_per_iteration, callback=first)
+    model.learn(2 * model.steps_per_iteration, callback=second)  # reset_num_timesteps=True (default)
+    assert len(model.history) == 2 and model.num_timesteps == 2 * model.steps_per_iteration
+    for a in first.prompts:
+        for b in second.prompts:
+            assert not np.array_equal(a, b)
+    fresh = TPO("TransformerPolicy", token_env(length=6), batch_size=16, seed=0)
+    replay = _Prompts()
+    fresh.learn(2 * fresh.steps_per_iteration, callback=replay)
+    np.testing.assert_array_equal(replay.prompts[0], first.prompts[0])  # same seed, same stream
+
+
+def test_progress_bar_reaches_100_percent(monkeypatch: pytest.MonkeyPatch) -> None:
+    bar = ProgressBarCallback()
+    model = small_tpo()
+    total = 5 * model.steps_per_iteration
+    model.learn(total, callback=bar)
+    assert bar.pbar.n == bar.pbar.total == total
+    seen: list[tuple[int, int]] = []
+    from tpo_gym.agents import base
+
+    original = base._IterationProgressBar._on_training_end
+
+    def record(self: Any) -> None:
+        seen.append((self.pbar.n, self.pbar.total))
+        original(self)
+
+    monkeypatch.setattr(base._IterationProgressBar, "_on_training_end", record)
+    model.learn(3 * model.steps_per_iteration, progress_bar=True, reset_num_timesteps=False)
+    assert seen == [(3 * model.steps_per_iteration, 3 * model.steps_per_iteration)]
+
+
+def test_total_timesteps_may_be_an_integral_float() -> None:
+    model = small_tpo()
+    model.learn(float(2 * model.steps_per_iteration))
+    assert len(model.history) == 2
+    with pytest.raises(ValueError, match=r"total_timesteps must be an integer >= 0, got 1.5"):
+        model.learn(1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# envs: vector envs, wrappers and the one decision about the group API
+# ---------------------------------------------------------------------------------------------
+def test_gymnasium_vector_env_and_sb3_vec_envs_are_used() -> None:
+    venv = gym.make_vec("tpo_gym/Bandit-v0", 4, vectorization_mode="vector_entry_point", n_arms=10, correct_arm=3)
+    model = TPO("MlpPolicy", venv, batch_size=8, seed=0)
+    assert model.level == "token" and model.action_space == gym.spaces.Discrete(10)
+    model.learn(model.steps_per_iteration)
+    dummy = DummyVecEnv([bandit_env, bandit_env])
+    assert TPO("MlpPolicy", dummy, batch_size=8, seed=0).learn(8).get_env() is dummy
+    sub = SubprocVecEnv([bandit_env, bandit_env])
+    try:
+        model = GRPO("MlpPolicy", VecMonitor(sub), batch_size=8, seed=0)
+        assert model.level == "token"
+        model.learn(model.steps_per_iteration)
+    finally:
+        sub.close()
+    with pytest.raises(ValueError, match=r"does not support the VecEnv wrapper VecNormalize.*Supported: an env id"):
+        TPO("MlpPolicy", VecNormalize(DummyVecEnv([bandit_env])))
+    bare = gym.vector.SyncVectorEnv([bandit_env])
+    bare.spec = None
+    with pytest.raises(ValueError, match="VectorEnv without a spec"):
+        TPO("MlpPolicy", bare)
+
+
+def test_wrapped_token_task_is_one_decision() -> None:
+    wrapped = gym.wrappers.TransformReward(token_env(length=3), lambda r: r)
+    auto = TPO("TransformerPolicy", wrapped, batch_size=4, group_size=2, seed=0)
+    assert auto.level == "sequence" and auto.grouping.kind == "rollouts"
+    auto.learn(auto.steps_per_iteration)
+    with pytest.raises(ValueError, match=r"level='token' needs .*wrapped \(TransformReward\).*level='sequence'"):
+        TPO("TransformerPolicy", wrapped, level="token")
+    with pytest.raises(ValueError, match=r"CE \(the supervised oracle\) needs .*wrapped"):
+        CE("TransformerPolicy", wrapped)
+    plain = TPO("TransformerPolicy", token_env(length=3), batch_size=4, seed=0)
+    assert plain.level == "token" and plain.grouping.kind == "candidates"
+
+
+def test_no_monitor_wrapper() -> None:
+    from stable_baselines3.common.monitor import Monitor
+
+    model = small_tpo()
+    assert not isinstance(model.get_env().envs[0], Monitor)
+
+
+# ---------------------------------------------------------------------------------------------
+# constructor arguments: keyword-only, each documented, refused where a method fixes them
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", ALL)
+def test_signature_and_docs_cover_every_argument(cls: type) -> None:
+    params = inspect.signature(cls).parameters
+    doc = cls.__doc__ or ""
+    for name in params:
+        if name in ("policy", "env", "_init_setup_model") and cls is not GroupAlgorithm:
+            continue
+        assert f":param {name}:" in doc, f"{cls.__name__} does not document {name}"
+    assert "learning_rate" in params and "seed" in params
+    with pytest.raises(TypeError):
+        cls("MlpPolicy", bandit_env(), 1e-3)  # arguments after env are keyword-only
+
+
+def test_methods_reject_arguments_they_fix() -> None:
+    with pytest.raises(ValueError, match="CE takes no group_size argument"):
+        CE("MlpPolicy", bandit_env(), group_size=4)
+    with pytest.raises(ValueError, match="PPO takes no level argument"):
+        PPO("MlpPolicy", bandit_env(), level="sequence")
+    assert "level" not in inspect.signature(DG).parameters
+    assert inspect.signature(DG).parameters["n_epochs"].default == 1
+    assert inspect.signature(PPO).parameters["n_epochs"].default == 4
+
+
+def test_scalar_checks_report_the_right_bound() -> None:
+    with pytest.raises(ValueError, match=r"clip_range must be a finite number >= 0, got -0.1"):
+        PPO("MlpPolicy", bandit_env(), clip_range=-0.1)
+    GRPO("MlpPolicy", bandit_env(), beta=0.0, clip_range=0.0)
+    with pytest.raises(ValueError, match=r"anchor must be True or False, got 'no'"):
+        TPO("MlpPolicy", bandit_env(), anchor="no")
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 2.0"):
+        TPO("MlpPolicy", bandit_env(), batch_size=2.0)

@@ -1,4 +1,5 @@
-"""The context draws shared by single and native vector envs are uniform, in range and seed-exact."""
+"""tpo_gym.envs._common: the context draws shared by single and native vector envs are uniform, in range and
+seed-exact."""
 
 from __future__ import annotations
 
