@@ -286,3 +286,20 @@ def test_tuned_setup_keeps_the_whole_token_table_in_reference_muon() -> None:
     names = {id(p): n for n, p in policy.named_parameters()}
     layouts = {names[id(p)]: lay for p, lay in zip(muon["params"], muon["layouts"], strict=True)}
     assert layouts["tok_emb.weight"] == "embedding"
+
+
+def test_a_saved_whole_table_momentum_continues_on_the_v_row_table() -> None:
+    """An optimiser state saved when the token table's momentum covered all V + 1 rows still steps: its
+    first V rows are the V-row table's momentum."""
+    p = torch.nn.Parameter(torch.zeros(3, 4, dtype=torch.float64))
+    old = ReferenceMuon([{"params": [p], "muon": True, "layouts": ["embedding"]}], lr=0.1)
+    p.grad = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    old.step()
+    saved = old.state_dict()
+    q = torch.nn.Parameter(p.detach().clone())
+    new = ReferenceMuon([{"params": [q], "muon": True, "layouts": ["embedding:2"]}], lr=0.1)
+    new.load_state_dict(saved)
+    q.grad = p.grad.clone()
+    new.step()
+    assert tuple(new.state[q]["momentum"].shape) == (2, 4)
+    torch.testing.assert_close(q.detach()[2], p.detach()[2])  # the placeholder row: no step

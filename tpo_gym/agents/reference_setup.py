@@ -187,6 +187,15 @@ class ReferenceMuon(torch.optim.Optimizer):
         super().__init__(items, {"lr": lr, "beta": beta, "ns_steps": ns_steps, "eps": eps,
                                  "adam_betas": tuple(adam_betas), "nesterov": nesterov})
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, keeping this optimiser's layouts: they describe the parameters (how
+        the model maps to the reference's Flax matrices), not a setting of the saved run."""
+        layouts = [g.get("layouts") for g in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, layout in zip(self.param_groups, layouts, strict=True):
+            if layout is not None:
+                group["layouts"] = layout
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         """One step of every parameter with a gradient (closures are not supported)."""
@@ -209,6 +218,13 @@ class ReferenceMuon(torch.optim.Optimizer):
         if not state:
             state["step"] = 0
             state["momentum"] = torch.zeros_like(g)
+        elif state["momentum"].shape != g.shape:
+            # a state saved before the token table's "embedding:V" layout holds the momentum of all V + 1 rows
+            rows = g.shape[-2]
+            if not (layout.startswith("embedding:") and state["momentum"].shape[-2] > rows):
+                raise ValueError(f"ReferenceMuon: the saved momentum of a parameter of layout {layout!r} has shape "
+                                 f"{tuple(state['momentum'].shape)}, its Muon matrix {tuple(g.shape)}")
+            state["momentum"] = state["momentum"][..., :rows, :].clone()
         mu = state["momentum"]
         mu.mul_(beta).add_(g, alpha=1.0 - beta)
         state["step"] += 1
