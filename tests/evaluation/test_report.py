@@ -73,7 +73,7 @@ def test_every_line_of_every_figure_has_its_methods_colour(tmp_path: Path, monke
                     seen.append((path.name, line.get_gid(), to_hex(line.get_color())))
         original(fig, path, handles, labels, title)
 
-    monkeypatch.setattr(R, "_save", spy)
+    monkeypatch.setattr("tpo_gym.evaluation.report.figures._save", spy)
     out = tmp_path / "out"
     bench(load_preset(str(write_preset(tmp_path, COLOUR_PRESET))), out, progress=False)
     build_report(out)
@@ -101,7 +101,7 @@ def test_curve_panels_keep_their_labels_inside_the_panel(tmp_path: Path, monkeyp
                 checked.append((path.name, ax.get_title()))
         original(fig, path, handles, labels, title)
 
-    monkeypatch.setattr(R, "_save", spy)
+    monkeypatch.setattr("tpo_gym.evaluation.report.figures._save", spy)
     out = tmp_path / "out"
     bench(load_preset(str(write_preset(tmp_path, COLOUR_PRESET))), out, progress=False)
     build_report(out)

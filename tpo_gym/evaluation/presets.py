@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
+from tpo_gym.evaluation.report.values import METRIC_TYPES as _INLINE_METRIC_TYPES
+from tpo_gym.evaluation.report.values import TABLE_METRIC_TYPES as _METRIC_TYPES
 
 __all__ = ["CHECK_TESTS", "MAX_RUNS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups",
            "load_preset", "resolve_names", "setup_setting_name", "validate_preset"]
@@ -57,10 +59,8 @@ MAX_RUNS = 100_000
 
 #: The tests a claim check may name (evaluated by :mod:`tpo_gym.evaluation.claims`).
 CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "worst_setting")
-_INLINE_METRIC_TYPES = ("steps_to_threshold", "final", "initial", "ratio")
 
 _PAPER_STR = re.compile(r"^(-|[<>]\d+(\.\d+)?)$")
-_METRIC_TYPES = ("steps_to_threshold", "final", "initial")
 _NAME = re.compile(r"^[A-Za-z0-9_.=+\-() ]+$")
 
 

@@ -1,0 +1,168 @@
+"""Stored runs of a report: the manifest, the run records and the ``results.jsonl`` rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tpo_gym.evaluation._io import read_json
+from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
+from tpo_gym.evaluation.report.values import Cell
+from tpo_gym.evaluation.runner import load_record, record_path
+
+
+class NoStoredRuns(FileNotFoundError):
+    """A directory with a report but no stored run to rebuild it from."""
+
+
+class BadManifest(ValueError):
+    """``manifest.json`` is unreadable or is not a manifest written by ``tpo-gym bench``."""
+
+def _presentation(run_preset: Preset) -> tuple[Preset, list[str], str | None]:
+    """``(preset to present, method names of the full preset, note)``.
+
+    The packaged preset of the same name, cut to the settings and methods that ran, when it
+    expands into exactly the stored runs (same ids and configuration hashes); else the preset as run.
+    """
+    if run_preset.name not in available_presets():
+        return run_preset, [m["name"] for m in run_preset.methods], None
+    try:
+        full = load_preset(run_preset.name)
+        current = full.subset([s["name"] for s in run_preset.settings], [m["name"] for m in run_preset.methods])
+    except PresetError:
+        current = None
+    same = current is not None and (
+        {r.run_id: r.config_hash for r in current.runs(1)} == {r.run_id: r.config_hash for r in run_preset.runs(1)})
+    if not same:
+        source = Path(run_preset.source)
+        packaged = source.name == f"{run_preset.name}.json" and source.parent.name == "presets"
+        note = (f"The packaged preset `{run_preset.name}` has changed since these runs; this report shows the "
+                "preset as it was run.") if packaged else None
+        return run_preset, [m["name"] for m in run_preset.methods], note
+    return Preset(data=current.data, source=run_preset.source), [m["name"] for m in full.methods], None
+
+
+def _jsonl_lines(out: Path) -> list[tuple[str | None, str, dict[str, Any] | None]]:
+    """``(run_id, line, row)`` of each non-blank line of ``results.jsonl``; ``run_id`` and ``row`` are
+    ``None`` for a line that is not a JSON object with a ``run_id`` (kept as text, never parsed again)."""
+    path = out / "results.jsonl"
+    if not path.is_file():
+        return []
+    lines: list[tuple[str | None, str, dict[str, Any] | None]] = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        ok = isinstance(row, dict) and isinstance(row.get("run_id"), str)
+        lines.append((row["run_id"] if ok else None, line, row if ok else None))
+    return lines
+
+
+def _jsonl_runs(out: Path) -> dict[str, dict[str, Any]]:
+    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"rows", "config_hash"?}}`` (unreadable lines skipped)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id, _, row in _jsonl_lines(out):
+        if row is None:
+            continue
+        row = dict(row)
+        row.pop("run_id")
+        run = runs.setdefault(run_id, {"rows": [], "config_hash": row.get("config_hash")})
+        for k in ("method", "setting", "seed", "config_hash"):
+            row.pop(k, None)
+        run["rows"].append(row)
+    return runs
+
+
+def _unreadable(path: Path) -> bool:
+    """Whether the run record at ``path`` exists but is not a JSON object (a damaged file)."""
+    if not path.is_file():
+        return False
+    try:
+        return not isinstance(read_json(path), dict)
+    except (OSError, ValueError):
+        return True
+
+
+def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[str, Any]], int, list[str]]:
+    """``({run_id: record}, number of runs taken from results.jsonl, run records that cannot be read)``
+    of every stored run of ``preset``."""
+    records: dict[str, dict[str, Any]] = {}
+    lacking = []
+    damaged = []
+    for spec in preset.runs(n_seeds):
+        rec = load_record(out, spec)
+        if rec is None:
+            lacking.append(spec)
+            if _unreadable(record_path(out, spec)):
+                damaged.append(spec.run_id)
+        else:
+            records[spec.run_id] = rec
+    from_jsonl = 0
+    if lacking:
+        stored = _jsonl_runs(out)
+        for spec in lacking:
+            run = stored.get(spec.run_id)
+            if run is None or (run["config_hash"] is not None and run["config_hash"] != spec.config_hash):
+                continue
+            records[spec.run_id] = {"status": "ok", "rows": run["rows"], "wall_s": None}
+            from_jsonl += 1
+    return records, from_jsonl, damaged
+
+
+def _collect(preset: Preset, records: dict[str, dict[str, Any]], n_seeds: int) -> dict[tuple[str, str], Cell]:
+    cells: dict[tuple[str, str], Cell] = {}
+    for spec in preset.runs(n_seeds):
+        cell = cells.setdefault((spec.method, spec.setting), Cell(spec.method, spec.setting))
+        rec = records.get(spec.run_id)
+        if rec is None:
+            continue
+        if rec.get("status") == "ok":
+            cell.seeds.append(spec.seed)
+            cell.rows.append(rec["rows"])
+            wall = rec.get("wall_s")
+            if isinstance(wall, int | float) and math.isfinite(wall):
+                cell.walls.append(float(wall))
+        else:
+            cell.failed.append(rec)
+    return cells
+
+
+def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
+    """``out``'s manifest path and its content, the preset in it validated.
+
+    :raises FileNotFoundError: ``out`` has no ``manifest.json``.
+    :raises PresetError: the manifest's preset does not validate.
+    """
+    manifest_path = out / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out} has no manifest.json: run `tpo-gym bench --out {out}` first")
+    try:
+        manifest = read_json(manifest_path)
+    except ValueError as exc:
+        raise BadManifest(f"{manifest_path} is not valid JSON ({exc}); move it away and rerun `tpo-gym bench` "
+                          "with the same --out to write a new one (the stored runs are kept)") from None
+    _check_manifest(manifest, str(manifest_path))
+    return manifest_path, manifest
+
+
+def _check_manifest(manifest: Any, where: str) -> None:
+    """:class:`BadManifest` unless ``manifest`` (or one entry of its ``other_presets``, ``where`` naming it)
+    holds a valid preset and a seed count it can expand (at most
+    :data:`~tpo_gym.evaluation.presets.MAX_RUNS` runs)."""
+    seeds = manifest.get("seeds") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("preset"), dict) \
+            or isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise BadManifest(f"{where} is not a manifest written by tpo-gym bench: it needs a JSON object "
+                          "with a 'preset' object and 'seeds' (an integer >= 1)")
+    try:
+        validate_preset(manifest["preset"], source=where)
+        if isinstance(manifest.get("whole_preset"), dict):
+            validate_preset(manifest["whole_preset"], source=f"{where} (whole_preset)")
+        Preset(data=manifest["preset"], source=where).run_count(seeds)
+    except PresetError as exc:
+        raise BadManifest(str(exc)) from None
