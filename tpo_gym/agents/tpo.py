@@ -24,7 +24,7 @@ from tpo_gym.agents.registry import (
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
-__all__ = ["TPO", "collapsed_target_fraction", "COLLAPSE_Q"]
+__all__ = ["TPO", "collapsed_target_fraction", "collapse_warning", "COLLAPSE_Q", "COLLAPSE_WARN_FRACTION"]
 
 CANDIDATES = ("sampled", "single")
 
@@ -65,6 +65,21 @@ def collapsed_target_fraction(q: torch.Tensor, scores: torch.Tensor, mask: torch
     collapsed = informative & (best_mass <= COLLAPSE_Q)
     n = informative.sum()
     return torch.where(n > 0, collapsed.sum() / n.clamp(min=1), torch.full((), math.nan, device=q.device))
+
+
+#: Above this collapsed_target_fraction in one iteration, TPO warns (once per run).
+COLLAPSE_WARN_FRACTION = 0.5
+
+
+def collapse_warning(fraction: float, settings: dict[str, Any], length_remedy: str, length_setting: str) -> str:
+    """The one text of the collapsed-target warning (native loop and TRL path): the fraction, the settings that
+    decide it (``settings``: name -> value) and the remedies, ``length_remedy`` naming how to set
+    ``length_normalize`` and ``length_setting`` the completion-length bound of that path."""
+    shown = ", ".join(f"{name}={value}" for name, value in settings.items())
+    return (f"TPO's target has collapsed in {fraction:.0%} of the informative groups: the best-scored completions "
+            f"get q <= {COLLAPSE_Q} because p_old over a group is near one-hot (summed log-probs of completions of "
+            f"different lengths; {shown}), so the update is near zero. Remedies: {length_remedy}, a larger eta, or "
+            f"a shorter {length_setting} (docs/method.md section 7). Logged as collapsed_target_fraction.")
 
 
 @register_algorithm
@@ -183,19 +198,14 @@ class TPO(GroupAlgorithm):
 
     def _warn_if_collapsed(self, fraction: float) -> None:
         """Warn once per agent when most informative groups have a collapsed target."""
-        if getattr(self, "_collapse_warned", False) or not fraction > 0.5:
+        if getattr(self, "_collapse_warned", False) or not fraction > COLLAPSE_WARN_FRACTION:
             return
         self._collapse_warned = True
         policy = self.policy
-        warnings.warn(
-            f"TPO's target has collapsed in {fraction:.0%} of the informative groups of iteration {self._iteration}: "
-            f"the best-scored completions get q <= {COLLAPSE_Q} because p_old over a group is near one-hot "
-            f"(summed log-probs of completions of different lengths; length_normalize="
-            f"{getattr(policy, 'length_normalize', None)}, max_new_tokens={getattr(policy, 'max_new_tokens', None)}, "
-            f"eta={self.eta}), so the update is near zero. Remedies: policy_kwargs={{'length_normalize': True}}, a "
-            "larger eta, or a shorter max_new_tokens (docs/method.md section 7). Logged as collapsed_target_fraction.",
-            UserWarning, stacklevel=2,
-        )
+        settings = {"iteration": self._iteration, "length_normalize": getattr(policy, "length_normalize", None),
+                    "max_new_tokens": getattr(policy, "max_new_tokens", None), "eta": self.eta}
+        warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True}",
+                                       "max_new_tokens"), UserWarning, stacklevel=2)
 
     def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.tpo_loss` of the group log-probs against the frozen target."""

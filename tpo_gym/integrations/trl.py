@@ -112,7 +112,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from tpo_gym._validation import check_bool, check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm
-from tpo_gym.agents.tpo import COLLAPSE_Q, collapsed_target_fraction, winner_loser_means
+from tpo_gym.agents.tpo import (
+    COLLAPSE_WARN_FRACTION,
+    collapse_warning,
+    collapsed_target_fraction,
+    winner_loser_means,
+)
 from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
 __all__ = [
@@ -500,17 +505,12 @@ class TargetPOTrainer(GRPOTrainer):
         # z-scores keep the order and the ties of the scores: the informative groups and their best completions
         collapsed = float(collapsed_target_fraction(q, u, group_mask))
         metrics["collapsed_target_fraction"].append(collapsed)
-        if mode == "train" and collapsed > 0.5 and not getattr(self, "_collapse_warned", False):
+        if mode == "train" and collapsed > COLLAPSE_WARN_FRACTION and not getattr(self, "_collapse_warned", False):
             self._collapse_warned = True
-            warnings.warn(
-                f"TPO's target has collapsed in {collapsed:.0%} of the informative groups: the best-scored "
-                f"completions get q <= {COLLAPSE_Q} because p_old over a group is near one-hot (summed log-probs of "
-                f"completions of different lengths; length_normalize={self.args.length_normalize}, "
-                f"max_completion_length={self.args.max_completion_length}, eta={self.args.eta}), so the update is "
-                "near zero. Remedies: TargetPOConfig(length_normalize=True), a larger eta, or a shorter "
-                "max_completion_length (docs/method.md section 7). Logged as collapsed_target_fraction.",
-                UserWarning, stacklevel=2,
-            )
+            settings = {"length_normalize": self.args.length_normalize,
+                        "max_completion_length": self.args.max_completion_length, "eta": self.args.eta}
+            warnings.warn(collapse_warning(collapsed, settings, "TargetPOConfig(length_normalize=True)",
+                                           "max_completion_length"), UserWarning, stacklevel=2)
         if not self.log_completions:
             return
         column = self._logs["extra"]["tpo_q_minus_p_old"]
