@@ -35,6 +35,7 @@ import torch
 import tpo_gym  # noqa: F401  (registers the envs)
 from tpo_gym import GRPO, PPO, TPO
 from tpo_gym.agents import seed_batch as sb
+from tpo_gym.agents import stacked_optim
 
 ENV_KWARGS = {"target": "reverse_copy", "reward": "bag", "vocab_size": 2, "length": 10}
 METHODS: dict[str, tuple[type, dict[str, Any]]] = {
@@ -100,7 +101,7 @@ def instrument(agents: list[Any], phases: Phases) -> None:
         phases.wrap(a.policy, "stacked_step_logits", "forward")
         phases.wrap(a.policy.optimizer, "step", "optimiser")
     phases.wrap(torch.Tensor, "backward", "backward")
-    phases.wrap(sb._StackedOptimizer, "step", "optimiser")
+    phases.wrap(stacked_optim.StackedOptimizer, "step", "optimiser")
 
 
 def measure(name: str, seeds: int, mode: str, iterations: int, device: str) -> tuple[float, dict[str, float]]:

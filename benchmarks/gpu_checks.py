@@ -115,7 +115,7 @@ def _train(agents: list[Any], mode: str | None) -> None:
         for agent in agents:
             agent.learn(steps)
         return
-    rollout = "stacked" if agents[0]._get_rollout_env().on_device and mode == "stacked" else "loop"
+    rollout = "stacked" if agents[0].get_rollout_env().on_device and mode == "stacked" else "loop"
     SeedBatch(agents, forward=mode, optimizer=mode, rollout=rollout).learn(steps)
 
 

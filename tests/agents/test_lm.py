@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from tests.agents.lm_toys import SayLetterEnv, lm_kwargs, say_letter_env, tiny_l
 from tpo_gym import GRPO, PPO, TPO
 from tpo_gym.agents.lm import completion_mask, sequence_logprobs
 from tpo_gym.agents.registry import algorithm_class, algorithm_registry
+from tpo_gym.agents.text_rollouts import TextBatch, collect_text_rollouts
+from tpo_gym.agents.update import accumulate_text_gradients
 from tpo_gym.objectives import tpo_loss
 
 
@@ -35,8 +38,8 @@ def _grads(model: Any) -> dict[str, torch.Tensor]:
 def test_tpo_gradient_is_p_minus_q_on_a_real_lm_forward() -> None:
     model = _agent(policy_kwargs={"dtype": "float64"})
     batch = model.collect_rollouts()
-    fixed, _ = model.prepare(batch, batch.logp_old)
-    q = fixed["q"]
+    prepared, _ = model.prepare(batch, batch.logp_old)
+    q = prepared.q
     logp = model.policy.group_logp(batch, 0, batch.n_groups)
     loss = tpo_loss(logp, q)
     (g_logp,) = torch.autograd.grad(loss, logp, retain_graph=True)
@@ -58,9 +61,9 @@ def test_micro_batches_give_the_full_batch_gradient(cls: type, kw: dict[str, Any
     for micro in (None, 1, 3):
         model = _agent(cls, policy_kwargs={"dtype": "float64", "micro_batch_size": micro}, **kw)
         batch = model.collect_rollouts()
-        fixed, _ = model.prepare(batch, batch.logp_old)
+        prepared, _ = model.prepare(batch, batch.logp_old)
         model.policy.optimizer.zero_grad(set_to_none=True)
-        model._accumulate_text_gradients(batch, fixed)
+        accumulate_text_gradients(model, batch, prepared)
         grads.append(_grads(model))
     for other in grads[1:]:
         for name, g in grads[0].items():
@@ -220,9 +223,9 @@ def test_tpo_kl_penalty_gradient_matches_an_independent_formula() -> None:
     initial = copy.deepcopy(model.policy.model)
     model.learn(model.steps_per_iteration)  # the policy leaves the reference: the KL's gradient is not 0
     batch = model.collect_rollouts()
-    fixed, _ = model.prepare(batch, batch.logp_old)
+    prepared, _ = model.prepare(batch, batch.logp_old)
     model.policy.optimizer.zero_grad(set_to_none=True)
-    model._accumulate_text_gradients(batch, fixed)
+    accumulate_text_gradients(model, batch, prepared)
     got = _grads(model)
 
     model.policy.optimizer.zero_grad(set_to_none=True)
@@ -234,7 +237,7 @@ def test_tpo_kl_penalty_gradient_matches_an_independent_formula() -> None:
     with torch.no_grad():
         ref = sequence_logprobs(initial, prompts, masks, batch.completion_ids, mask)
     logp = token.sum(dim=1).view(g, k)
-    ce = -(fixed["q"] * torch.log_softmax(logp, dim=-1)).sum(dim=-1).mean()
+    ce = -(prepared.q * torch.log_softmax(logp, dim=-1)).sum(dim=-1).mean()
     delta = torch.where(mask, ref - token, torch.zeros_like(token))
     kl = ((torch.exp(delta) - delta - 1).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
     assert kl.item() > 1e-8, "the policy moved: the KL to the initial model is not 0"
@@ -277,3 +280,55 @@ def test_predict_on_an_empty_list_of_questions_returns_no_completions() -> None:
     model = TPO("CausalLMPolicy", say_letter_env(), policy_kwargs=lm_kwargs(), batch_size=2, group_size=2, seed=0)
     texts, state = model.predict([])
     assert state is None and texts.shape == (0,) and texts.dtype == object
+
+
+def test_text_rollouts_are_a_function_of_the_policy_and_the_seed() -> None:
+    policy = _agent().policy
+    assert not hasattr(policy, "collect"), "text rollouts live in tpo_gym.agents.text_rollouts, not on the policy"
+    a, b = (collect_text_rollouts(policy, say_letter_env(), 3, 2, seed=5, with_reference=True) for _ in range(2))
+    assert isinstance(a, TextBatch) and a.n_groups == 3 and a.group_size == 2 and len(a.completions) == 6
+    assert a.scores.shape == a.logp_old.shape == a.logp_ref.shape == (3, 2)
+    assert a.token_logp_ref.shape == a.completion_ids.shape
+    assert a.prompts == b.prompts and a.completions == b.completions
+    for field in ("completion_ids", "token_mask", "scores", "logp_old", "logp_ref", "token_logp_ref"):
+        torch.testing.assert_close(getattr(a, field), getattr(b, field), rtol=0, atol=0)
+    torch.testing.assert_close(a.logp_ref, a.logp_old)  # untrained: the frozen reference is the policy itself
+    plain = collect_text_rollouts(policy, say_letter_env(), 3, 2, seed=5)
+    assert plain.logp_ref is None and plain.token_logp_ref is None and plain.completions == a.completions
+
+
+MOVED_OUT_OF_LM = {
+    "tpo_gym.agents.text_rollouts": ["TextBatch", "TextVecEnv", "is_text_env"],
+    "tpo_gym.agents.lm_files": ["AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs",
+                                "check_agent_model_kwargs", "check_agent_lora_kwargs", "load_agent_model",
+                                "load_agent_tokenizer", "load_agent_adapter"],
+}
+
+
+@pytest.mark.parametrize(("module", "name"), [(m, n) for m, names in MOVED_OUT_OF_LM.items() for n in names])
+def test_names_moved_out_of_lm_still_load_by_their_old_module_and_name(module: str, name: str) -> None:
+    # Resolved as an agent file's "module:QualName" is (import the module, then getattr along the name). Files
+    # name only nn.Module / optimiser classes, and CausalLMPolicy stayed in lm, but older code imports these.
+    old: Any = importlib.import_module("tpo_gym.agents.lm")
+    for part in name.split("."):
+        old = getattr(old, part)
+    assert old is getattr(importlib.import_module(module), name)
+
+
+def test_the_policy_class_keeps_the_name_agent_files_store() -> None:
+    from tpo_gym.agents.lm import CausalLMPolicy
+
+    assert f"{CausalLMPolicy.__module__}:{CausalLMPolicy.__qualname__}" == "tpo_gym.agents.lm:CausalLMPolicy"
+
+
+def test_a_text_agent_takes_back_its_own_vec_env() -> None:
+    """``set_env(model.get_env())``: the SB3 VecEnv of a text env (not registered: no spec) is rebuilt from its env."""
+    from tpo_gym.agents.text_rollouts import TextVecEnv
+
+    model = _agent()
+    venv = model.get_env()
+    assert isinstance(venv, TextVecEnv) and venv.envs[0].spec is None
+    model.set_env(venv)
+    assert model.rollout_source is not None and model.rollout_source.spec is None
+    model.learn(model.steps_per_iteration)
+    assert len(model.history) == 1

@@ -23,7 +23,7 @@ from stable_baselines3.common.utils import LinearSchedule
 from tests.agents.conftest import Boom, bandit_env, params_of, small_tpo, token_env
 from tests.agents.lm_toys import lm_kwargs, say_letter_env, tiny_llama, tiny_tokenizer
 from tpo_gym import GRPO, TPO
-from tpo_gym.agents import GroupAlgorithm, persistence
+from tpo_gym.agents import GroupAlgorithm, agent_files, persistence
 from tpo_gym.agents.persistence import AgentFileError
 from tpo_gym.agents.registry import algorithm_class, algorithm_registry
 
@@ -141,14 +141,13 @@ def test_save_to_a_file_object_round_trips() -> None:
 
 
 def test_an_oversized_json_entry_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpo_gym.agents import persistence
 
     model = small_tpo()
     model.save(tmp_path / "m.zip")
     entries = _entries(tmp_path / "m.zip")
     padded = entries["tpo_gym.json"] + b" " * (3 * 2**20)  # valid JSON: 3 MB of whitespace after the object
     path = _write_zip(tmp_path / "big.zip", [("tpo_gym.json", padded), ("weights.pt", entries["weights.pt"])])
-    monkeypatch.setattr(persistence, "MAX_JSON_BYTES", 2**20)
+    monkeypatch.setattr(agent_files, "MAX_JSON_BYTES", 2**20)
     opened: list[str] = []
     real_open = zipfile.ZipFile.open
 
@@ -450,7 +449,7 @@ def test_every_agent_round_trips_its_settings(cls: type, tmp_path: Path) -> None
     model.learn(2 * model.steps_per_iteration)
     model.save(tmp_path / "m")  # SB3 adds .zip
     loaded = cls.load(tmp_path / "m.zip", env=env)  # an id works as env
-    assert loaded._settings() == model._settings()
+    assert persistence.agent_settings(loaded) == persistence.agent_settings(model)
     assert json.dumps(loaded.history, sort_keys=True) == json.dumps(model.history, sort_keys=True)  # NaN-aware
     assert loaded.num_timesteps == model.num_timesteps
     for k, v in params_of(model).items():

@@ -78,3 +78,58 @@ def test_policy_save_replaces_a_link_at_its_path_instead_of_writing_through_it(t
     loaded = MlpPolicy.load(str(tmp_path / "policy.pt"))
     for k, v in model.policy.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v)
+
+
+@pytest.mark.parametrize("module,name", [
+    ("tpo_gym.agents.optimizers", "MuonAdamW"), ("tpo_gym.agents.transformer", "TransformerPolicy")])
+def test_classes_moved_out_of_policies_still_resolve_by_their_old_name(module: str, name: str) -> None:
+    """Agent files name classes ``module:QualName``; files written before the split name ``tpo_gym.agents.policies``."""
+    import importlib
+
+    from tpo_gym.agents import policies
+    from tpo_gym.agents.persistence import class_from_name, class_to_name, decode_value
+
+    moved = getattr(importlib.import_module(module), name)
+    assert getattr(policies, name) is moved
+    assert class_to_name(moved) == f"{module}:{name}"
+    old = f"tpo_gym.agents.policies:{name}"
+    assert class_from_name(old, "field", (torch.nn.Module, torch.optim.Optimizer)) is moved
+    assert decode_value({"cls": {"__class__": old}}, "kwargs") == {"cls": moved}
+
+
+def test_agent_file_naming_the_old_policies_module_loads(tmp_path: Path) -> None:
+    import json
+    import zipfile
+
+    from tpo_gym.agents.optimizers import MuonAdamW
+    from tpo_gym.agents.transformer import TransformerPolicy
+
+    model = TPO(TransformerPolicy, token_env(), batch_size=4, seed=0, policy_kwargs={"optimizer_class": MuonAdamW})
+    model.save(tmp_path / "new.zip")
+    with zipfile.ZipFile(tmp_path / "new.zip") as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    meta = json.loads(entries["tpo_gym.json"])
+    # as written before the split: the policy by class name (not its alias), both classes under policies
+    assert meta["policy"] == "TransformerPolicy"
+    meta["policy"] = {"__class__": "tpo_gym.agents.policies:TransformerPolicy"}
+    text = json.dumps(meta)
+    assert "tpo_gym.agents.optimizers:MuonAdamW" in text
+    text = text.replace("tpo_gym.agents.optimizers:MuonAdamW", "tpo_gym.agents.policies:MuonAdamW")
+    entries["tpo_gym.json"] = text.encode()
+    with zipfile.ZipFile(tmp_path / "old.zip", "w") as zf:
+        for n, data in entries.items():
+            zf.writestr(n, data)
+    loaded = TPO.load(tmp_path / "old.zip")
+    assert type(loaded.policy) is TransformerPolicy and type(loaded.policy.optimizer) is MuonAdamW
+    for k, v in model.policy.state_dict().items():
+        assert torch.equal(loaded.policy.state_dict()[k], v)
+
+
+def test_muon_adamw_exposes_its_inner_optimizers_read_only() -> None:
+    from tpo_gym.agents.optimizers import MuonAdamW
+
+    opt = MuonAdamW([torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))])
+    assert [type(o) for o in opt.optimizers] == [torch.optim.Muon, torch.optim.AdamW]
+    assert all(a is b for a, b in zip(opt.optimizers, opt._optimizers, strict=True))
+    with pytest.raises(AttributeError):
+        opt.optimizers = ()  # type: ignore[misc]

@@ -200,9 +200,9 @@ def _one_update(agent: object) -> dict:
     original = agent.prepare
 
     def spy(batch: object, old: torch.Tensor) -> tuple:
-        fixed, diag = original(batch, old)
-        seen.update(batch=batch, old=old, fixed=fixed)
-        return fixed, diag
+        prepared, diag = original(batch, old)
+        seen.update(batch=batch, old=old, prepared=prepared)
+        return prepared, diag
 
     agent.prepare = spy
     agent.learn(agent.steps_per_iteration)
@@ -217,7 +217,7 @@ def test_standardized_baseline_is_the_batch_z_score() -> None:
     seen = _one_update(agent)
     r = seen["batch"].credited_rewards()
     want = (r - r.mean(dim=0)) / (r.std(dim=0, correction=0) + 1e-8)
-    torch.testing.assert_close(seen["fixed"]["adv"], want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(seen["prepared"].adv, want, rtol=1e-5, atol=1e-6)
 
 
 def test_dg_expected_baseline_and_single_candidate_group_pg() -> None:
@@ -228,11 +228,11 @@ def test_dg_expected_baseline_and_single_candidate_group_pg() -> None:
     seen = _one_update(dg)
     batch = seen["batch"]
     want = batch.credited_rewards() - batch.logp_old.exp().pow(2).sum(dim=-1)
-    torch.testing.assert_close(seen["fixed"]["adv"], want)
+    torch.testing.assert_close(seen["prepared"].adv, want)
 
     gpg = GroupPG("MlpPolicy", env, batch_size=32, seed=0, candidates="single")
     seen = _one_update(gpg)
-    batch, u = seen["batch"], seen["fixed"]["u"]
+    batch, u = seen["batch"], seen["prepared"].u
     probs = batch.logp_old.exp()
     a = batch.actions.long()
     adv = batch.rewards - probs.pow(2).sum(dim=-1)

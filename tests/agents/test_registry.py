@@ -6,6 +6,7 @@ The demo: a new group method defined here (a new objective and a small class), r
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from tpo_gym.agents.registry import (
     register_algorithm,
     unregister_algorithm,
 )
+from tpo_gym.agents.update import Prepared
 from tpo_gym.objectives import standardize_scores
 
 TOKEN = "tpo_gym/TokenReversal-v0"
@@ -41,6 +43,14 @@ def sign_pg_loss(logp: torch.Tensor, scores: torch.Tensor, eta: float, mask: tor
     if mask is not None:
         terms = torch.where(mask, terms, torch.zeros_like(terms))
     return -terms.sum(dim=-1).mean()
+
+
+@dataclasses.dataclass(frozen=True)
+class SignBatch(Prepared):
+    """What SignPG's update keeps frozen: the group scores and their mask."""
+
+    scores: torch.Tensor
+    mask: torch.Tensor | None
 
 
 class SignPG(GroupAlgorithm):
@@ -62,14 +72,14 @@ class SignPG(GroupAlgorithm):
         self.eta = float(eta)
         super().__init__(policy, env, **kwargs)
 
-    def prepare(self, batch: Any, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, Any]]:
+    def prepare(self, batch: Any, old: torch.Tensor) -> tuple[SignBatch, dict[str, Any]]:
         scores, mask = self.group_scores(batch)
         diagnostics = self.group_diagnostics(scores, mask)
         diagnostics["above_mean_fraction"] = (standardize_scores(scores, mask) > 0).double().mean()
-        return {"scores": scores, "mask": mask}, diagnostics
+        return SignBatch(scores=scores, mask=mask), diagnostics
 
-    def compute_loss(self, batch: Any, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
-        return sign_pg_loss(current, fixed["scores"], self.eta, fixed["mask"])
+    def compute_loss(self, batch: Any, prepared: SignBatch, current: torch.Tensor) -> torch.Tensor:
+        return sign_pg_loss(current, prepared.scores, self.eta, prepared.mask)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def test_on_device_rollouts_train_exactly_as_the_numpy_envs(cls, kw: dict, rewar
                     policy_kwargs=TINY, **kw)
         agent.learn(2 * agent.steps_per_iteration)
         histories.append(agent.history)
-        kinds.append(type(agent._get_rollout_env().venv).__name__)
+        kinds.append(type(agent.get_rollout_env().venv).__name__)
     assert kinds == ["TokenTaskVectorEnv", "TokenTaskTensorEnv"]
     assert _same_history(*histories), "bit-identical curves on CPU"
 
@@ -61,7 +61,7 @@ def test_on_device_batch_equals_the_host_batch_field_by_field() -> None:
 
 def test_default_stays_on_the_host_on_cpu_and_bad_requests_are_named() -> None:
     agent = TPO("TransformerPolicy", "tpo_gym/TokenReversal-v0", batch_size=4, group_size=2, policy_kwargs=TINY)
-    assert agent._get_rollout_env().on_device is False, "CPU default: the numpy envs"
+    assert agent.get_rollout_env().on_device is False, "CPU default: the numpy envs"
     with pytest.raises(ValueError, match="rollouts_on_device must be None, True or False, got 'yes'"):
         TPO("TransformerPolicy", "tpo_gym/TokenReversal-v0", rollouts_on_device="yes")
     bandit = TPO("MlpPolicy", "tpo_gym/Bandit-v0", batch_size=4, group_size=2, rollouts_on_device=True)
@@ -75,7 +75,7 @@ def test_the_setting_survives_save_and_load(tmp_path) -> None:
     agent.learn(agent.steps_per_iteration)
     agent.save(tmp_path / "a.zip")
     loaded = TPO.load(tmp_path / "a.zip", env="tpo_gym/TokenReversal-v0")
-    assert loaded.rollouts_on_device is True and loaded._get_rollout_env().on_device
+    assert loaded.rollouts_on_device is True and loaded.get_rollout_env().on_device
 
 
 @pytest.mark.parametrize(("cls", "kw"), [

@@ -11,6 +11,7 @@ from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.registry import AlgorithmSpec, register_algorithm
 from tpo_gym.agents.sampling import RolloutBatch
+from tpo_gym.agents.update import LabelBatch
 from tpo_gym.objectives import cross_entropy_loss
 
 __all__ = ["CE"]
@@ -39,11 +40,11 @@ class CE(GroupAlgorithm):
     ) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[LabelBatch, dict[str, Any]]:
         """True labels: the argmax of the scores of all actions."""
         assert batch.candidate_scores is not None
-        return {"labels": batch.candidate_scores.argmax(dim=-1)}, {}
+        return LabelBatch(labels=batch.candidate_scores.argmax(dim=-1)), {}
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: LabelBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.cross_entropy_loss` (log-probs are valid logits)."""
-        return cross_entropy_loss(current, fixed["labels"], batch.step_mask)
+        return cross_entropy_loss(current, prepared.labels, batch.step_mask)

@@ -8,7 +8,8 @@ import torch
 from stable_baselines3.common.type_aliases import GymEnv
 
 from tpo_gym._validation import check_choice, check_float
-from tpo_gym.agents.base import GroupAlgorithm, Grouping
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.grouping import Grouping, resolve_grouping
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.registry import (
     GROUP_DIAGNOSTICS,
@@ -18,6 +19,7 @@ from tpo_gym.agents.registry import (
     register_algorithm,
 )
 from tpo_gym.agents.sampling import RolloutBatch
+from tpo_gym.agents.update import GroupAdvantageBatch
 from tpo_gym.objectives import group_pg_loss, standardize_scores
 
 __all__ = ["GroupPG"]
@@ -55,21 +57,20 @@ class GroupPG(GroupAlgorithm):
         self.candidates = check_choice("candidates", candidates, ("sampled", "single"))
         super().__init__(policy, env, **kwargs)
 
-    def _grouping(self, native: bool) -> Grouping:
-        if self.candidates == "single":
-            return Grouping("actions")
-        return super()._grouping(native)
+    def choose_grouping(self, native: bool) -> Grouping:
+        return resolve_grouping(self.sampling, self.level, self.group_size, native=native, text=self.is_text,
+                                single_candidate=self.candidates == "single")
 
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[GroupAdvantageBatch, dict[str, Any]]:
         """Standardised scores ``u`` of every group (``"single"``: kept at the sampled action only)."""
         if self.candidates == "single":
             scores, mask, diagnostics = self.single_candidate_scores(batch)
             u = standardize_scores(scores, mask)
             sampled = torch.nn.functional.one_hot(batch.actions.long(), scores.shape[-1]).to(u.dtype)
-            return {"u": u * sampled, "mask": mask}, diagnostics
+            return GroupAdvantageBatch(u=u * sampled, mask=mask), diagnostics
         scores, mask = self.group_scores(batch)
-        return {"u": standardize_scores(scores, mask), "mask": mask}, self.group_diagnostics(scores, mask)
+        return GroupAdvantageBatch(u=standardize_scores(scores, mask), mask=mask), self.group_diagnostics(scores, mask)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: GroupAdvantageBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.group_pg_loss`."""
-        return group_pg_loss(current, fixed["u"], self.eta, fixed["mask"])
+        return group_pg_loss(current, prepared.u, self.eta, prepared.mask)

@@ -20,6 +20,7 @@ from tpo_gym.agents.registry import (
 )
 from tpo_gym.agents.sampling import RolloutBatch
 from tpo_gym.agents.tpo import winner_loser_means
+from tpo_gym.agents.update import ClippedGroupBatch
 from tpo_gym.objectives import grpo_advantages, grpo_loss, zero_variance_groups
 
 __all__ = ["GRPO"]
@@ -70,39 +71,38 @@ class GRPO(GroupAlgorithm):
         self.mask_zero_variance = check_bool("mask_zero_variance", mask_zero_variance)
         self.kl_reference = check_choice("kl_reference", kl_reference, ("snapshot", "initial"))
         super().__init__(policy, env, **kwargs)
-        if self.kl_reference == "initial" and not self._text:
+        if self.kl_reference == "initial" and not self.is_text:
             raise ValueError("kl_reference='initial' needs policy='CausalLMPolicy' (a frozen reference model)")
 
-    def _needs_reference(self) -> bool:
+    def needs_reference(self) -> bool:
         return self.kl_reference == "initial" and self.beta > 0
 
-    def group_weights(self, fixed: dict[str, Any], n_groups: int) -> torch.Tensor:
+    def group_weights(self, prepared: ClippedGroupBatch, n_groups: int) -> torch.Tensor:
         """Informative groups only when zero-variance groups are masked out of the mean."""
         if not self.mask_zero_variance:
-            return super().group_weights(fixed, n_groups)
-        return (~zero_variance_groups(fixed["scores"], fixed["mask"])).reshape(n_groups, -1).any(dim=-1).double()
+            return super().group_weights(prepared, n_groups)
+        informative = ~zero_variance_groups(prepared.scores, prepared.mask)
+        return informative.reshape(n_groups, -1).any(dim=-1).double()
 
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[ClippedGroupBatch, dict[str, Any]]:
         """Group scores and the rollout-time log-probs of the candidates."""
         scores, mask = self.group_scores(batch)
         diagnostics = self.group_diagnostics(scores, mask)
         adv = grpo_advantages(scores, mask)
         winners, losers = winner_loser_means(adv.abs(), adv, mask)
         diagnostics["mean_abs_adv_winners"], diagnostics["mean_abs_adv_losers"] = winners, losers
-        if self.kl_reference == "initial":
-            ref = getattr(batch, "logp_ref", None)
-            return {"scores": scores, "mask": mask, "logp_old": old, "logp_ref": ref}, diagnostics
-        return {"scores": scores, "mask": mask, "logp_old": old}, diagnostics
+        ref = getattr(batch, "logp_ref", None) if self.kl_reference == "initial" else None
+        return ClippedGroupBatch(scores=scores, mask=mask, logp_old=old, logp_ref=ref), diagnostics
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: ClippedGroupBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.grpo_loss`."""
         return grpo_loss(
             current,
-            fixed["logp_old"],
-            fixed["scores"],
+            prepared.logp_old,
+            prepared.scores,
             clip_eps=self.clip_range,
             beta=self.beta,
-            mask=fixed["mask"],
+            mask=prepared.mask,
             mask_zero_variance=self.mask_zero_variance,
-            **({"logp_ref": fixed["logp_ref"]} if fixed.get("logp_ref") is not None else {}),
+            **({"logp_ref": prepared.logp_ref} if prepared.logp_ref is not None else {}),
         )

@@ -1,26 +1,21 @@
-r"""A Hugging Face causal language model as the policy of the group agents (TPO, GRPO, Group PG).
+r"""A Hugging Face causal language model as the policy of the group agents (TPO, GRPO, Group PG) on text envs.
 
-For a text env (``Text`` observation and action spaces and the group API ``score_candidates(list of
-completions) -> [K]``, e.g. ``tpo_gym/ReasoningGym-v0``) one iteration is:
+:class:`CausalLMPolicy` holds the model (:func:`load_language_model`: a hub id, a local directory or ``.gguf``
+file, the offline SmolLM2 alias, or a loaded model), generates completions and computes their log-probs. Its
+rollouts on a text env are :func:`~tpo_gym.agents.text_rollouts.collect_text_rollouts`; what an agent directory
+holds is read by :mod:`tpo_gym.agents.lm_files`.
 
-1. **Prompts.** G contexts are drawn (``env.reset(seed=...)``); each question becomes a prompt through
-   the policy's :class:`~tpo_gym.agents.prompts.PromptFormat` and the tokenizer's chat template.
-2. **Generation.** ``model.generate`` samples K completions per prompt (``do_sample``,
-   ``temperature``, ``top_p``, ``max_new_tokens``; left padding; ``num_return_sequences=K``, so the K
-   completions of a prompt are contiguous and a group is a reshape ``[G*K] -> [G, K]``).
-3. **Scores.** Each completion is scored once by the env's own scorer: ``[G, K]``.
-4. **Old log-probs.** A separate forward (no grad) gives the sequence log-prob of each completion
-   at the sampling temperature,
+* **Log-probs.** The sequence log-prob of each completion at the sampling temperature is
 
-   .. math::
-       \ell_i = \sum_{t \le T_i} \log \operatorname{softmax}(z_{i,t} / \tau)_{y_{i,t}}
+  .. math::
+      \ell_i = \sum_{t \le T_i} \log \operatorname{softmax}(z_{i,t} / \tau)_{y_{i,t}}
 
-   (fp32 log-softmax of only the sampled tokens, computed in row chunks: never a ``[N, T, vocab]``
-   log-prob tensor; tokens after the first EOS and padding are masked; with
-   ``length_normalize=True`` divided by the completion length ``T_i``).
-5. **Update.** ``n_epochs`` optimiser steps; each accumulates gradients over micro-batches of whole
-   groups (``micro_batch_size`` groups at a time, loss weighted by the groups' share), so the step
-   is exactly the full-batch step while peak memory is set by the micro-batch.
+  (fp32 log-softmax of only the sampled tokens, computed in row chunks: never a ``[N, T, vocab]``
+  log-prob tensor; tokens after the first EOS and padding are masked; with
+  ``length_normalize=True`` divided by the completion length ``T_i``).
+* **Update.** ``n_epochs`` optimiser steps; each accumulates gradients over micro-batches of whole
+  groups (``micro_batch_size`` groups at a time, loss weighted by the groups' share), so the step
+  is exactly the full-batch step while peak memory is set by the micro-batch.
 
 The objective is the agent's (TPO, GRPO, Group PG), reading the same ``[G, K]`` group structure as
 sequence-level groups on the token tasks: scores, ``logp_old`` and the current ``logp``.
@@ -29,10 +24,8 @@ sequence-level groups on the token tasks: scores, ``logp_old`` and the current `
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import pathlib
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,8 +36,24 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
 from tpo_gym._validation import check_bool, check_float, check_int
-from tpo_gym.agents.persistence import AgentFileError
+
+# What moved to lm_files (an agent directory's files) and text_rollouts (the rollouts and the text env) is
+# imported here too, so that ``from tpo_gym.agents.lm import X`` keeps working for every name it offered.
+from tpo_gym.agents.lm_files import (
+    AGENT_LORA_KWARGS,
+    AGENT_MODEL_KWARGS,
+    _require_transformers,
+    agent_model_kwargs,
+    check_agent_lora_kwargs,
+    check_agent_model_kwargs,
+    load_agent_adapter,
+    load_agent_model,
+    load_agent_tokenizer,
+)
 from tpo_gym.agents.prompts import PromptFormat, build_prompt, completion_for_env
+from tpo_gym.agents.serialization import AgentFileError as AgentFileError
+from tpo_gym.agents.text_rollouts import TextBatch, is_text_env
+from tpo_gym.agents.text_rollouts import TextVecEnv as TextVecEnv
 
 __all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_model", "is_text_env", "resolve_dtype",
            "AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs", "check_agent_model_kwargs",
@@ -52,21 +61,6 @@ __all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_mo
 
 #: Rows of the fp32 log-softmax computed at once (bounds the memory of the log-prob step).
 LOGPROB_CHUNK_ROWS = 8
-
-
-def is_text_env(observation_space: spaces.Space, action_space: spaces.Space) -> bool:
-    """Whether the spaces are those of a text env (``Text`` observations and actions)."""
-    return isinstance(observation_space, spaces.Text) and isinstance(action_space, spaces.Text)
-
-
-def _require_transformers() -> Any:
-    try:
-        import transformers
-    except ImportError as exc:  # pragma: no cover - the llm extra is installed by make test
-        raise ImportError(
-            "CausalLMPolicy needs transformers: pip install 'tpo-gym[llm]' (transformers, peft, accelerate, gguf)"
-        ) from exc
-    return transformers
 
 
 def load_language_model(model: Any, tokenizer: Any = None, model_kwargs: dict[str, Any] | None = None,
@@ -119,216 +113,6 @@ def _as_dense(model: Any) -> Any:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
     return model
-
-
-# --------------------------------------------------------------------------------------------
-# loading what an agent directory holds (tpo_gym.agents.persistence writes it): local files, no code
-# --------------------------------------------------------------------------------------------
-#: The ``from_pretrained`` settings an agent file's ``policy_kwargs.model_kwargs`` may hold, with their allowed
-#: values. They choose how the weights sit in memory; none of them chooses where files come from (``revision``,
-#: ``token``, ``cache_dir``, ``local_files_only=False``) or lets code run (``trust_remote_code``,
-#: ``code_revision``, attention kernels from the hub), so a file can set nothing else.
-AGENT_MODEL_KWARGS: dict[str, tuple[Any, ...]] = {
-    "torch_dtype": ("auto", "float32", "float16", "bfloat16", "float64"),
-    "attn_implementation": ("eager", "sdpa", "flex_attention"),
-    "local_files_only": (True,),
-    "use_safetensors": (True,),
-}
-#: The ``peft.LoraConfig`` settings an agent file's ``policy_kwargs.lora`` may hold (no module names to import,
-#: no initialisation that rewrites the base weights).
-AGENT_LORA_KWARGS = frozenset({
-    "r", "lora_alpha", "lora_dropout", "target_modules", "exclude_modules", "bias", "use_rslora", "use_dora",
-    "fan_in_fan_out", "modules_to_save", "init_lora_weights", "layers_to_transform", "layers_pattern",
-    "rank_pattern", "alpha_pattern", "task_type",
-})
-#: ``config.json`` size fields that must be positive integers when present.
-_CONFIG_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "max_position_embeddings")
-
-
-def _file_may_set(key: str, value: Any) -> bool:
-    return any(type(value) is type(a) and value == a for a in AGENT_MODEL_KWARGS.get(key, ()))
-
-
-def agent_model_kwargs(model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
-    """The entries of ``model_kwargs`` that an agent file keeps (:data:`AGENT_MODEL_KWARGS`): ``save`` drops the
-    others (``revision``, ``token``, ``trust_remote_code``, ...), which ``load`` would refuse; the saved
-    ``model/`` needs none of them, and a LoRA agent's base model comes with the caller's own settings."""
-    return {k: v for k, v in (model_kwargs or {}).items() if _file_may_set(k, v)}
-
-
-def check_agent_model_kwargs(model_kwargs: Any, field: str = "kwargs.policy_kwargs.model_kwargs") -> dict[str, Any]:
-    """``model_kwargs`` read from an agent file, if every key is in :data:`AGENT_MODEL_KWARGS` with an allowed value.
-
-    :raises AgentFileError: naming the first key that is not allowed (``trust_remote_code``, ``revision``,
-        ``token``, ...) or has a value that is not.
-    """
-    if model_kwargs is None:
-        return {}
-    if not isinstance(model_kwargs, dict):
-        raise AgentFileError(f"{field} must be a dict of from_pretrained settings, got {model_kwargs!r:.200}")
-    for key, value in model_kwargs.items():
-        allowed = AGENT_MODEL_KWARGS.get(key)
-        if allowed is None:
-            raise AgentFileError(
-                f"{field} holds {key!r}, which an agent file may not set (it could run code or reach the network); "
-                f"a file may set only {sorted(AGENT_MODEL_KWARGS)}. Trusting remote code is the caller's own "
-                "load(..., trust_remote_code=True); other settings: load(..., policy_kwargs={'model_kwargs': {...}})"
-            )
-        if not _file_may_set(key, value):
-            raise AgentFileError(f"{field}.{key} must be one of {list(allowed)}, got {value!r:.200}")
-    return dict(model_kwargs)
-
-
-def check_agent_lora_kwargs(lora: Any, field: str = "kwargs.policy_kwargs.lora") -> dict[str, Any] | None:
-    """``lora`` read from an agent file, if every key is in :data:`AGENT_LORA_KWARGS`.
-
-    :raises AgentFileError: naming the first key that is not allowed.
-    """
-    if lora is None:
-        return None
-    if not isinstance(lora, dict):
-        raise AgentFileError(f"{field} must be a dict of peft.LoraConfig settings, got {lora!r:.200}")
-    bad = sorted(set(lora) - AGENT_LORA_KWARGS)
-    if bad:
-        raise AgentFileError(f"{field} holds {bad}, which an agent file may not set; allowed: "
-                                f"{sorted(AGENT_LORA_KWARGS)}")
-    init = lora.get("init_lora_weights", True)
-    if not (isinstance(init, bool) or init == "gaussian"):
-        raise AgentFileError(f"{field}.init_lora_weights must be true, false or 'gaussian', got {init!r:.200}")
-    return dict(lora)
-
-
-def _safetensors_keys(path: pathlib.Path) -> set[str]:
-    """The tensor names of a safetensors file, read from its header (the data are not read).
-
-    :raises AgentFileError: the file is not a regular file or not valid safetensors (empty, truncated, bad header).
-    """
-    from safetensors import safe_open
-
-    if path.is_symlink() or not path.is_file():
-        raise AgentFileError(f"{str(path)!r} is missing or not a regular file")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return set(f.keys())
-    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: every damage is reported the same way
-        raise AgentFileError(f"{str(path)!r} is not a valid safetensors file ({exc})") from None
-
-
-def _weight_files(directory: pathlib.Path) -> list[pathlib.Path]:
-    """``model.safetensors``, or the shards a ``model.safetensors.index.json`` lists (plain names in ``directory``)."""
-    import json
-
-    index = directory / "model.safetensors.index.json"
-    if not index.is_file():
-        return [directory / "model.safetensors"]
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        shards = sorted(set(weight_map.values()))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise AgentFileError(f"{str(index)!r} is not a safetensors index ({exc!r})") from None
-    for shard in shards:
-        if not isinstance(shard, str) or pathlib.PurePath(shard).name != shard or not shard.endswith(".safetensors"):
-            raise AgentFileError(f"{str(index)!r} names the shard {shard!r}, not a .safetensors file beside it")
-    return [directory / s for s in shards]
-
-
-def load_agent_model(directory: pathlib.Path, model_kwargs: dict[str, Any], dtype: torch.dtype,
-                     trust_remote_code: bool = False) -> Any:
-    """The causal LM saved in an agent directory's ``model/``, read strictly from local safetensors, running no code.
-
-    ``from_pretrained`` reads only this directory (``local_files_only=True``, ``use_safetensors=True``) and
-    imports no code from it unless the caller passes ``trust_remote_code=True``. ``config.json`` must give
-    positive sizes, no quantisation and a local attention implementation (``eager`` / ``sdpa`` /
-    ``flex_attention``: other names fetch kernels from the hub); ``model_kwargs`` must already have passed
-    :func:`check_agent_model_kwargs`. The weights must be exactly the model's: a missing, unexpected or
-    mis-shaped weight is an error (a tied ``lm_head`` that the file leaves out is not missing).
-
-    :raises AgentFileError: naming the file and what is wrong.
-    """
-    transformers = _require_transformers()
-    where = str(directory)
-    if (directory / "adapter_config.json").exists():
-        raise AgentFileError(f"{where!r} holds an adapter_config.json: the model directory of an agent holds a "
-                                "whole model (a LoRA agent keeps its adapter in adapter/)")
-    files = _weight_files(directory)
-    for file in files:
-        _safetensors_keys(file)
-    try:
-        config = transformers.AutoConfig.from_pretrained(where, local_files_only=True,
-                                                         trust_remote_code=trust_remote_code)
-    except Exception as exc:  # noqa: BLE001 - a missing file, bad JSON, an unknown model type: all are reported
-        raise AgentFileError(f"{str(directory / 'config.json')!r} is not a valid model configuration "
-                                f"({type(exc).__name__}: {exc})") from None
-    for name in _CONFIG_SIZES:
-        value = getattr(config, name, None)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise AgentFileError(f"{str(directory / 'config.json')!r}: {name} must be a positive integer, "
-                                    f"got {value!r}")
-    attention = getattr(config, "_attn_implementation", None)
-    if attention not in (None, *AGENT_MODEL_KWARGS["attn_implementation"]):
-        raise AgentFileError(f"{str(directory / 'config.json')!r} names the attention implementation "
-                                f"{attention!r}; allowed: {list(AGENT_MODEL_KWARGS['attn_implementation'])}")
-    if getattr(config, "quantization_config", None) is not None and not trust_remote_code:
-        raise AgentFileError(f"{str(directory / 'config.json')!r} holds a quantization_config: an agent saves "
-                                "dense weights (load(..., trust_remote_code=True) to accept it)")
-    kwargs = {k: v for k, v in model_kwargs.items() if k not in ("local_files_only", "use_safetensors")}
-    try:
-        model, info = transformers.AutoModelForCausalLM.from_pretrained(
-            where, config=config, dtype=dtype, local_files_only=True, use_safetensors=True,
-            trust_remote_code=trust_remote_code, output_loading_info=True, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - shape mismatches, corrupt data: reported naming the files
-        raise AgentFileError(f"{where!r}: the weights {[f.name for f in files]} do not load into the model of "
-                                f"config.json ({type(exc).__name__}: {exc})") from None
-    wrong = {k: sorted(map(str, info.get(k) or ())) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    if any(wrong.values()):
-        found = ", ".join(f"{k.replace('_keys', '')} {v}" for k, v in wrong.items() if v)
-        raise AgentFileError(f"{where!r}: the weights {[f.name for f in files]} do not match the model of "
-                                f"config.json: {found}")
-    return model
-
-
-def load_agent_tokenizer(directory: pathlib.Path, trust_remote_code: bool = False) -> Any:
-    """The tokenizer saved in an agent directory's ``tokenizer/``: local files only, no code imported from it
-    (``auto_map`` is ignored unless the caller passes ``trust_remote_code=True``).
-
-    :raises AgentFileError: the directory is missing or its files do not load as a tokenizer.
-    """
-    transformers = _require_transformers()
-    if not directory.is_dir():
-        raise AgentFileError(f"the agent directory has no tokenizer at {str(directory)!r}")
-    try:
-        return transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True,
-                                                          trust_remote_code=trust_remote_code)
-    except Exception as exc:  # noqa: BLE001 - bad JSON, unknown classes, custom code refused: all reported
-        raise AgentFileError(f"{str(directory)!r} does not hold a loadable tokenizer "
-                                f"({type(exc).__name__}: {exc})") from None
-
-
-def load_agent_adapter(model: Any, directory: pathlib.Path) -> None:
-    """Load a saved LoRA adapter (``adapter_model.safetensors``) into ``model``'s fresh adapters, strictly.
-
-    Only the safetensors file is read (``adapter_config.json`` is not: the adapter's shape is the agent's
-    ``lora`` setting). Its tensor names must be exactly the adapter's, and each shape must fit.
-
-    :raises AgentFileError: naming the file and the missing, unexpected or mis-shaped weights.
-    """
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    file = directory / "adapter_model.safetensors"
-    if not directory.is_dir():
-        raise AgentFileError(f"the LoRA agent directory has no adapter at {str(directory)!r}")
-    keys = _safetensors_keys(file)
-    expected = set(get_peft_model_state_dict(model))
-    missing, unexpected = sorted(expected - keys), sorted(keys - expected)
-    if missing or unexpected:
-        raise AgentFileError(f"{str(file)!r} does not match the LoRA adapter of the agent's lora setting: "
-                                f"missing {missing}, unexpected {unexpected}")
-    try:
-        set_peft_model_state_dict(model, load_file(str(file)))
-    except Exception as exc:  # noqa: BLE001 - shape mismatches, corrupt data
-        raise AgentFileError(f"{str(file)!r} does not load into the LoRA adapter ({exc})") from None
 
 
 def resolve_dtype(name: str, device: Any) -> torch.dtype:
@@ -404,66 +188,6 @@ def sequence_logprobs(
         out.append(z.gather(-1, ids).squeeze(-1) - torch.logsumexp(z, dim=-1))
     token_logp = torch.cat(out, dim=0)
     return torch.where(token_mask, token_logp, torch.zeros_like(token_logp))
-
-
-@dataclasses.dataclass
-class TextBatch:
-    """The rollouts of one iteration on a text env: G prompts x K completions.
-
-    :param prompts: the G prompt texts (chat template applied, prefill included).
-    :param completions: the G*K generated texts (without the prefill), group-contiguous.
-    :param prompt_ids: ``[G, P]`` left-padded prompt tokens; ``prompt_mask`` their attention mask.
-    :param completion_ids: ``[G*K, T]``; ``token_mask`` ``bool [G*K, T]`` valid tokens (to the first EOS).
-    :param scores: ``float32 [G, K]`` env scores.
-    :param logp_old: ``[G, K]`` sequence log-probs under pi_old (length-normalised if the policy is).
-    :param logp_ref: ``[G, K]`` under the frozen reference model, or ``None``.
-    :param token_logp_ref: ``[G*K, T]`` token log-probs under the frozen reference model, or ``None``
-        (with ``logp_ref``; TPO's per-token KL penalty reads them).
-    :param group_size: K.
-    :param stats: timings and sizes of the rollout (generate / score / logprob seconds, tokens/s).
-    """
-
-    prompts: list[str]
-    completions: list[str]
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    token_mask: torch.Tensor
-    scores: torch.Tensor
-    logp_old: torch.Tensor
-    logp_ref: torch.Tensor | None
-    group_size: int
-    stats: dict[str, float]
-    token_logp_ref: torch.Tensor | None = None
-
-    @property
-    def n_groups(self) -> int:
-        """G."""
-        return int(self.scores.shape[0])
-
-    @property
-    def n_steps(self) -> int:
-        """Env steps: one per completion (one-step episodes)."""
-        return int(self.scores.numel())
-
-    @property
-    def error(self) -> float:
-        """1 - mean score."""
-        return 1.0 - float(self.scores.mean())
-
-    @property
-    def returns(self) -> torch.Tensor:
-        """Per-completion returns (the scores)."""
-        return self.scores.reshape(-1)
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        """Completion lengths in tokens."""
-        return self.token_mask.sum(dim=1)
-
-    def group_rows(self, start: int, stop: int) -> slice:
-        """Completion rows of groups ``start .. stop-1``."""
-        return slice(start * self.group_size, stop * self.group_size)
 
 
 class CausalLMPolicy(BasePolicy):
@@ -609,7 +333,9 @@ class CausalLMPolicy(BasePolicy):
             question, system = item, None
         return build_prompt(self.tokenizer, question, system, self.prompt_format)
 
-    def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids, attention_mask)`` ``[N, P]`` of prompt texts on the policy's device (left padding, no
+        special tokens added: the chat template has them)."""
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
@@ -638,7 +364,7 @@ class CausalLMPolicy(BasePolicy):
 
     def generate_text(self, items: list[Any], deterministic: bool = False) -> list[str]:
         """One completion per item, as the env would score it (prefill included)."""
-        prompt_ids, prompt_mask = self._encode([self.prompt_of(i) for i in items])
+        prompt_ids, prompt_mask = self.encode([self.prompt_of(i) for i in items])
         completion_ids = self.generate_ids(prompt_ids, prompt_mask, 1, deterministic)
         mask = completion_mask(completion_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
         return [completion_for_env(t, self.prompt_format) for t in self.decode(completion_ids, mask)]
@@ -684,7 +410,7 @@ class CausalLMPolicy(BasePolicy):
         for p in self.reference.parameters():
             p.requires_grad_(False)
 
-    def _reference_token_logp(self, batch: TextBatch, start: int, stop: int) -> torch.Tensor:
+    def reference_token_logp(self, batch: TextBatch, start: int, stop: int) -> torch.Tensor:
         """:meth:`token_logp` under the reference model (:meth:`freeze_reference`), without gradient."""
         with torch.no_grad():
             if self.lora is not None:
@@ -693,53 +419,6 @@ class CausalLMPolicy(BasePolicy):
             if self.reference is None:
                 self.freeze_reference()
             return self.token_logp(batch, start, stop, self.reference)
-
-    # -- rollouts ------------------------------------------------------------------------------
-    def collect(self, env: Any, n_groups: int, k: int, seed: int, with_reference: bool = False) -> TextBatch:
-        """Draw ``n_groups`` questions from ``env``, sample ``k`` completions each, score them once."""
-        rng = np.random.default_rng(seed)
-        seeds = [int(s) for s in rng.integers(2**31 - 1, size=n_groups)]
-        items = []
-        for s in seeds:
-            obs, info = env.reset(seed=s)
-            items.append({"question": info.get("question", obs), "system_prompt": info.get("system_prompt")})
-        prompts = [self.prompt_of(i) for i in items]
-        prompt_ids, prompt_mask = self._encode(prompts)
-        torch.manual_seed(int(rng.integers(2**62)))
-        if torch.cuda.is_available():
-            torch.cuda.manual_seed_all(int(rng.integers(2**62)))
-        start = time.perf_counter()
-        completion_ids = self.generate_ids(prompt_ids, prompt_mask, k)
-        t_generate = time.perf_counter() - start
-        token_mask = completion_mask(completion_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
-        texts = self.decode(completion_ids, token_mask)
-        start = time.perf_counter()
-        scores = np.zeros((n_groups, k), dtype=np.float32)
-        for g, s in enumerate(seeds):
-            env.reset(seed=s)  # the same question again: score its K completions through the group API
-            scores[g] = env.unwrapped.score_candidates([completion_for_env(t, self.prompt_format)
-                                                        for t in texts[g * k:(g + 1) * k]])
-        t_score = time.perf_counter() - start
-        batch = TextBatch(prompts, texts, prompt_ids, prompt_mask, completion_ids, token_mask,
-                          torch.from_numpy(scores).to(self.device), torch.empty(0), None, k, {})
-        start = time.perf_counter()
-        with torch.no_grad():
-            batch.logp_old = torch.cat([self.group_logp(batch, a, b) for a, b in self.micro_batches(n_groups)])
-            if with_reference:
-                parts = [self._reference_token_logp(batch, a, b) for a, b in self.micro_batches(n_groups)]
-                batch.token_logp_ref = torch.cat(parts)
-                batch.logp_ref = torch.cat([self.sequence_logp(t, batch, a, b)
-                                            for t, (a, b) in zip(parts, self.micro_batches(n_groups), strict=True)])
-        t_logp = time.perf_counter() - start
-        n_tokens = int(token_mask.sum())
-        batch.stats = {
-            "completion_length": float(token_mask.sum(dim=1).float().mean()),
-            "tokens_per_s": n_tokens / max(t_generate, 1e-9),
-            "generate_s": t_generate,
-            "score_s": t_score,
-            "logprob_s": t_logp,
-        }
-        return batch
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -757,59 +436,3 @@ def describe_model(policy: CausalLMPolicy) -> dict[str, Any]:
             "prompt_format": policy.prompt_format.to_data(), "max_new_tokens": policy.max_new_tokens,
             "temperature": policy.temperature, "top_p": policy.top_p, "length_normalize": policy.length_normalize,
             "log2_params": math.log2(max(n, 1))}
-
-
-class TextVecEnv:
-    """A one-env SB3 ``VecEnv`` for a text env (SB3's ``DummyVecEnv`` cannot buffer ``Text`` observations).
-
-    Observations are object arrays of strings; ``step`` takes an array of one completion. The agents
-    roll out through the env itself (:meth:`CausalLMPolicy.collect`); this wrapper exists so that
-    SB3's ``get_env``, callbacks and ``set_env`` see the usual ``VecEnv`` surface.
-    """
-
-    def __new__(cls, env: Any) -> Any:  # built lazily so that SB3 is imported only here
-        from stable_baselines3.common.vec_env.base_vec_env import VecEnv
-
-        class _TextVecEnv(VecEnv):
-            def __init__(self, inner: Any) -> None:
-                self.envs = [inner]
-                super().__init__(1, inner.observation_space, inner.action_space)
-                self._actions: Any = None
-
-            def reset(self) -> Any:
-                obs, info = self.envs[0].reset(seed=self._seeds[0] if self._seeds else None)
-                self._reset_seeds()
-                self.reset_infos[0] = info
-                return np.array([obs], dtype=object)
-
-            def step_async(self, actions: Any) -> None:
-                self._actions = actions
-
-            def step_wait(self) -> Any:
-                obs, reward, terminated, truncated, info = self.envs[0].step(str(self._actions[0]))
-                done = terminated or truncated
-                info["TimeLimit.truncated"] = truncated and not terminated
-                if done:
-                    info["terminal_observation"] = obs
-                    obs, self.reset_infos[0] = self.envs[0].reset()
-                return (np.array([obs], dtype=object), np.array([reward], dtype=np.float32),
-                        np.array([done]), [info])
-
-            def close(self) -> None:
-                self.envs[0].close()
-
-            def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-                return [getattr(self.envs[0], attr_name)]
-
-            def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-                setattr(self.envs[0], attr_name, value)
-
-            def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list[Any]:
-                return [getattr(self.envs[0], method_name)(*args, **kwargs)]
-
-            def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-                from stable_baselines3.common.env_util import is_wrapped
-
-                return [is_wrapped(self.envs[0], wrapper_class)]
-
-        return _TextVecEnv(env)

@@ -8,8 +8,8 @@ Gymnasium's registry is read for envs. A new method is one class plus one ``regi
 
     class MyPG(GroupAlgorithm):
         spec = AlgorithmSpec(sampling="group", run_kinds=("token",), diagnostics=UPDATE_DIAGNOSTICS)
-        def prepare(self, batch, old): ...
-        def compute_loss(self, batch, fixed, current): ...
+        def prepare(self, batch, old): ...                 # -> (a typed batch of agents/update.py, diagnostics)
+        def compute_loss(self, batch, prepared, current): ...
 
     register_algorithm(MyPG)
 
@@ -71,7 +71,7 @@ UPDATE_DIAGNOSTICS = (
     Diagnostic("loss"),
     Diagnostic("final_loss", reported=False),
 )
-#: Logged by the group methods (:meth:`~tpo_gym.agents.base.GroupAlgorithm.group_diagnostics`).
+#: Logged by the group methods (:func:`~tpo_gym.agents.grouping.group_diagnostics`).
 GROUP_DIAGNOSTICS = (
     Diagnostic("zero_variance_fraction", "`zero_variance_fraction`: fraction of groups whose K scores are all "
                                          "equal; their z-scores are 0, so they carry no learning signal"),

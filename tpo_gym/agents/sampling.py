@@ -1,6 +1,8 @@
-"""The one place where the agents act in environments: rollouts and candidate sampling.
+"""Where the agents act in discrete environments: rollouts and candidate sampling (text envs:
+:mod:`tpo_gym.agents.text_rollouts`; the two are the only places agents act in envs).
 
-Every agent of :mod:`tpo_gym.agents` collects its training batch with :func:`collect_rollouts`:
+Every agent of :mod:`tpo_gym.agents` on a ``Discrete`` action space collects its training batch with
+:func:`collect_rollouts`:
 
 * **Behaviour trajectories.** ``num_envs`` episodes are rolled out in a Gymnasium vector env with
   one batched policy forward per time step (no per-env Python loop). A native tpo_gym vector env
@@ -421,7 +423,7 @@ def collect_stacked_rollouts(
     only value read back is each batch's logged error, once, after the last step.
 
     :param decode: ``obs [S, N, *obs_shape] -> logits [S, N, n_actions]`` for steps 0, 1, ... (e.g.
-        :meth:`~tpo_gym.agents.policies.TransformerPolicy.stacked_rollout_decoder`).
+        :meth:`~tpo_gym.agents.transformer.TransformerPolicy.stacked_rollout_decoder`).
     :param env: an on-device rollout env (``env.on_device``) with ``S * N`` sub-envs.
     :param seeds: one rollout seed per seed of the batch (S of them).
     """

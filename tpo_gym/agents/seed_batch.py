@@ -18,11 +18,12 @@ in two ways, chosen per part:
     ``"stacked"``: one optimiser on the stacked tensors: torch's ``Adam`` / ``AdamW`` / ``SGD``
     themselves (elementwise, so seed ``s`` gets exactly its own update), and :class:`StackedMuon`
     for ``torch.optim.Muon`` (Newton-Schulz batched over the seeds with batched matrix products).
-    :class:`~tpo_gym.agents.policies.MuonAdamW` is stacked part by part, and
+    :class:`~tpo_gym.agents.optimizers.MuonAdamW` is stacked part by part, and
     :class:`~tpo_gym.agents.reference_setup.ReferenceMuon` (the reference setup) runs on the stacked
-    tensors itself. The per-seed optimiser states
+    tensors itself (:mod:`~tpo_gym.agents.stacked_optim`). The per-seed optimiser states
     are read in before and written back after every :meth:`SeedBatch.learn`, so ``save`` / ``load``
-    of each seed work as usual.
+    of each seed work as usual; a ``save`` from a callback mid-training reads the stacked state through
+    :class:`~tpo_gym.agents.stacked_optim.SyncedOptimizer` (the agent does not know its batch).
 
 ``"auto"`` (the default of both) picks ``"loop"`` on CPU and ``"stacked"`` on CUDA. On one CPU core
 the loop is the faster: one seed's update is already near the core's matrix-product throughput, and
@@ -31,7 +32,7 @@ slower ``bmm`` (``benchmarks/bench_seed_batch.py`` measures both). On a GPU one 
 fill the device; stacking is what lets S models share it.
 
 Covered: every non-text agent (token- and sequence-level group methods, single-sample methods) on
-:class:`~tpo_gym.agents.policies.TransformerPolicy` and :class:`~tpo_gym.agents.policies.MlpPolicy`
+:class:`~tpo_gym.agents.transformer.TransformerPolicy` and :class:`~tpo_gym.agents.policies.MlpPolicy`
 (the MNIST runs).
 
 ``rollout``
@@ -48,233 +49,32 @@ Covered: every non-text agent (token- and sequence-level group methods, single-s
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from tpo_gym._validation import check_bool, check_choice, check_int
-from tpo_gym.agents.base import GroupAlgorithm, resolve_records
-from tpo_gym.agents.policies import CategoricalPolicy, MuonAdamW
-from tpo_gym.agents.reference_setup import ReferenceMuon
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.stacked_optim import (
+    ELEMENTWISE_OPTIMIZERS,
+    StackedMuon,
+    StackedOptimizer,
+    SyncedOptimizer,
+    available_memory,
+    check_memory,
+    optimizer_difference,
+    stackable_optimizer,
+    stacked_newton_schulz,
+)
+from tpo_gym.agents.update import Update, resolve_records, run_epochs
 from tpo_gym.objectives import deferred_checks
 
+__all__ = ["SeedBatch", "train_seeds", "MODES", "ELEMENTWISE_OPTIMIZERS", "StackedMuon", "stacked_newton_schulz",
+           "stackable_optimizer", "optimizer_difference", "available_memory", "check_memory"]
+
 MODES = ("auto", "loop", "stacked")
-#: torch optimisers whose update is elementwise: one instance on stacked tensors is S exact copies.
-ELEMENTWISE_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.Adam, torch.optim.AdamW,
-                                                                    torch.optim.SGD)
-
-
-# --------------------------------------------------------------------------------------------
-# Muon on stacked matrices
-# --------------------------------------------------------------------------------------------
-def stacked_newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
-                          eps: float) -> torch.Tensor:
-    """torch Muon's Newton-Schulz orthogonalisation of each matrix of ``g`` ``[S, A, B]`` at once.
-
-    Per matrix ``X`` (in bfloat16, transposed to the wide orientation when ``A > B``):
-    ``X <- X / max(||X||_F, eps)``, then ``steps`` times ``G = X X^T``, ``X <- a X + (b G + c G G) X``.
-    """
-    if g.ndim != 3:
-        raise ValueError(f"stacked_newton_schulz needs [S, A, B] matrices, got shape {tuple(g.shape)}")
-    a, b, c = coefficients
-    x = g.bfloat16()
-    transposed = g.size(1) > g.size(2)
-    if transposed:
-        x = x.mT
-    x = x / torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True).clamp(min=eps)
-    for _ in range(steps):
-        gram = x @ x.mT
-        update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
-        x = torch.baddbmm(x, update, x, beta=a)
-    return x.mT if transposed else x
-
-
-class StackedMuon(torch.optim.Optimizer):
-    """``torch.optim.Muon``'s update on seed-stacked matrices ``[S, A, B]``, each seed its own matrix.
-
-    Per seed and matrix, as torch's single-tensor Muon: ``B <- lerp(B, g, 1 - mu)``; the update
-    ``O = NS(lerp(g, B, mu))`` (Nesterov) or ``NS(B)``; ``theta <- theta (1 - lr wd) - lr' O`` with
-    ``lr' = `` torch's ``adjust_lr_fn`` of the matrix shape ``[A, B]``. Param groups carry torch Muon's
-    keys (``lr``, ``weight_decay``, ``momentum``, ``nesterov``, ``ns_coefficients``, ``eps``,
-    ``ns_steps``, ``adjust_lr_fn``); the state of a parameter is its ``momentum_buffer``, as torch's.
-    """
-
-    def __init__(self, param_groups: list[dict[str, Any]]) -> None:
-        for group in param_groups:
-            for p in group["params"]:
-                if p.ndim != 3:
-                    raise ValueError(f"StackedMuon needs [S, A, B] parameters, got shape {tuple(p.shape)}")
-        super().__init__(param_groups, {})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
-        """One Muon step of every stacked matrix with a gradient (closures are not supported)."""
-        from torch.optim._muon import _adjust_lr
-
-        if closure is not None:
-            raise ValueError("StackedMuon.step does not support closures")
-        for group in self.param_groups:
-            lr, momentum = float(group["lr"]), group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-                buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - momentum)
-                update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
-                update = stacked_newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape[1:]))
-
-
-def _inner_optimizers(optimizer: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
-    return list(optimizer._optimizers) if isinstance(optimizer, MuonAdamW) else [optimizer]
-
-
-def stackable_optimizer(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer="stacked"`` can stand in for this optimiser (see the module docstring)."""
-    return all(type(o) in ELEMENTWISE_OPTIMIZERS or type(o) in (torch.optim.Muon, ReferenceMuon)
-               for o in _inner_optimizers(optimizer))
-
-
-def optimizer_difference(agents: Sequence[Any]) -> str | None:
-    """How the agents' optimiser settings differ (``None``: they are one set), which ``optimizer="stacked"``
-    cannot follow: it steps every seed with the first seed's settings (param-group entries other than the
-    parameters, and the learning-rate schedule at the start, middle and end of training)."""
-    def settings(agent: Any) -> list[tuple[str, Any]]:
-        out = [(f"{type(o).__name__} group {g} {key!r}", value)
-               for o in _inner_optimizers(agent.policy.optimizer)
-               for g, group in enumerate(o.param_groups) for key, value in group.items() if key != "params"]
-        schedule = getattr(agent, "lr_schedule", None)
-        if callable(schedule):
-            out += [(f"learning-rate schedule at progress {x}", float(schedule(x))) for x in (1.0, 0.5, 0.0)]
-        return out
-
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-            return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-        return bool(a == b)
-
-    first = settings(agents[0])
-    for s, agent in enumerate(agents[1:], start=1):
-        mine = settings(agent)
-        if len(mine) != len(first):
-            return f"seed {s} has other optimiser parameter groups than seed 0"
-        for (name, v0), (_, v) in zip(first, mine, strict=True):
-            if not same(v0, v):
-                return f"seed {s} differs from seed 0 in {name}: {v!r} vs {v0!r}"
-    return None
-
-
-class _StackedOptimizer:
-    """One optimiser per inner optimiser of the seeds' (same-class) optimisers, on the stacked tensors."""
-
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], stacked: dict[int, torch.Tensor]) -> None:
-        """
-        :param optimizers: the S seeds' optimisers.
-        :param stacked: ``id(param of seed 0) -> [S, *shape]`` stacked tensor.
-        """
-        self._parts: list[tuple[list[torch.optim.Optimizer], torch.optim.Optimizer]] = []
-        self._stacked = stacked
-        inners = [_inner_optimizers(o) for o in optimizers]
-        for k, first in enumerate(inners[0]):
-            groups = [{**{key: v for key, v in g.items() if key != "params"},
-                       "params": [stacked[id(p)] for p in g["params"]]} for g in first.param_groups]
-            if type(first) is torch.optim.Muon:
-                batched: torch.optim.Optimizer = StackedMuon(groups)
-            elif type(first) is ReferenceMuon:
-                batched = ReferenceMuon([{**g, "stacked": True} for g in groups])
-            elif type(first) in ELEMENTWISE_OPTIMIZERS:
-                batched = type(first)(groups)
-            else:
-                supported = ", ".join(c.__name__ for c in ELEMENTWISE_OPTIMIZERS)
-                raise ValueError(f"optimizer='stacked' supports {supported}, torch.optim.Muon, MuonAdamW and "
-                                 f"ReferenceMuon; "
-                                 f"got {type(first).__name__}: use optimizer='loop'")
-            self._parts.append(([inner[k] for inner in inners], batched))
-        self._read_states()
-
-    def _pairs(self) -> Iterable[tuple[list[torch.optim.Optimizer], torch.optim.Optimizer, int, int]]:
-        for seeds, batched in self._parts:
-            for gi, group in enumerate(seeds[0].param_groups):
-                for pi in range(len(group["params"])):
-                    yield seeds, batched, gi, pi
-
-    def _read_states(self) -> None:
-        """Stack the seeds' optimiser states into the batched optimisers' state."""
-        for seeds, batched, gi, pi in self._pairs():
-            key0 = id(seeds[0].param_groups[gi]["params"][pi])
-            states = [opt.state.get(opt.param_groups[gi]["params"][pi], {}) for opt in seeds]
-            if not states[0]:
-                if any(states):
-                    raise ValueError("the seeds' optimisers are at different steps: some have state, some not")
-                continue
-            merged: dict[str, Any] = {}
-            for name, value in states[0].items():  # tensors of >= 1 dim are per seed; step counts shared
-                values = [st[name] for st in states]
-                if isinstance(value, torch.Tensor) and value.ndim:
-                    merged[name] = torch.stack(values)
-                elif isinstance(value, torch.Tensor):
-                    if not all(torch.equal(value, v) for v in values):
-                        raise ValueError(f"the seeds' optimisers differ in {name!r}: they must be at the same step")
-                    merged[name] = value.clone()
-                else:
-                    if any(v != value for v in values):
-                        raise ValueError(f"the seeds' optimisers differ in {name!r}: they must be at the same step")
-                    merged[name] = value
-            batched.state[self._stacked[key0]] = merged
-
-    def write_states(self) -> None:
-        """Slice the batched state back into each seed's optimiser state."""
-        for seeds, batched, gi, pi in self._pairs():
-            key0 = id(seeds[0].param_groups[gi]["params"][pi])
-            state = batched.state.get(self._stacked[key0])
-            if not state:
-                continue
-            for s, opt in enumerate(seeds):
-                param = opt.param_groups[gi]["params"][pi]
-                opt.state[param] = {name: (v[s].clone() if v.ndim else v.clone()) if isinstance(v, torch.Tensor)
-                                    else v for name, v in state.items()}
-
-    def step(self) -> None:
-        for seeds, batched in self._parts:
-            for g_batched, g_seed in zip(batched.param_groups, seeds[0].param_groups, strict=True):
-                g_batched["lr"] = g_seed["lr"]  # the schedule, written into seed 0's groups by SB3
-            batched.step()
-
-
-# --------------------------------------------------------------------------------------------
-# memory
-# --------------------------------------------------------------------------------------------
-def available_memory(device: torch.device) -> int:
-    """Bytes free for a new allocation: ``torch.cuda.mem_get_info`` on CUDA, ``MemAvailable`` on CPU."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB"
-
-
-def check_memory(n_seeds: int, per_seed: int, shared: int, device: torch.device, what: str) -> None:
-    """``ValueError`` when ``n_seeds * per_seed + shared`` bytes exceed the free memory of ``device``."""
-    need, free = n_seeds * per_seed + shared, available_memory(device)
-    if need > free:
-        raise ValueError(f"a seed batch of S={n_seeds} needs about {_gib(need)} on {device} ({what}: "
-                         f"{_gib(per_seed)} per seed), but only {_gib(free)} is free; use a smaller S "
-                         f"(at most {max(0, (free - shared) // max(per_seed, 1))})")
 
 
 def _state_bytes(agent: GroupAlgorithm) -> int:
@@ -304,7 +104,7 @@ class SeedBatch:
         for a in self.agents:
             if not isinstance(a, GroupAlgorithm):
                 raise ValueError(f"SeedBatch trains tpo-gym agents, got {type(a).__name__}")
-            if a._text:
+            if a.is_text:
                 raise ValueError("SeedBatch does not batch language-model (text) policies: train their seeds one "
                                  "by one, or on TRL (tpo_gym.integrations.trl)")
             if type(a) is not type(first) or type(a.policy) is not type(first.policy):
@@ -355,11 +155,12 @@ class SeedBatch:
         from tpo_gym.agents.sampling import tensor_env_available
 
         first = self.agents[0]
-        if any(a._source is None or not tensor_env_available(a._source) or a._rollout_device() is None
+        if any(a.rollout_source is None or not tensor_env_available(a.rollout_source) or a.rollout_device is None
                for a in self.agents):
             return ("every seed must roll out on its device (rollouts_on_device=True, or CUDA) in an env with an "
                     "on-device form (the token tasks, MNIST)")
-        specs = {repr((a._source.spec.id, sorted(a._source.spec.kwargs.items()))) for a in self.agents}  # type: ignore[union-attr]
+        specs = {repr((a.rollout_source.spec.id, sorted(a.rollout_source.spec.kwargs.items())))  # type: ignore[union-attr]
+                 for a in self.agents}
         if len(specs) != 1:
             return "every seed must roll out in the same env (id and arguments)"
         if type(first.policy).stacked_step_logits is CategoricalPolicy.stacked_step_logits:
@@ -389,13 +190,13 @@ class SeedBatch:
         for n in names:  # the stacked forward differentiates the stacked tensors; the stacked optimiser reads .grad
             self._params[n].requires_grad_(self.forward == "stacked")
             self._params[n].grad = self._grads[n]
-        self._opt: _StackedOptimizer | None = None
+        self._opt: StackedOptimizer | None = None
         if self.optimizer == "stacked":
             p0 = per_seed[0]
             stacked = {id(p0[n]): self._params[n] for n in names}
-            self._opt = _StackedOptimizer([a.policy.optimizer for a in self.agents], stacked)
-            for a in self.agents:
-                a._seed_batch_sync = self._opt.write_states
+            self._opt = StackedOptimizer([a.policy.optimizer for a in self.agents], stacked)
+            for a in self.agents:  # a save mid-training (a callback) reads the stacked state through it
+                a.policy.optimizer = SyncedOptimizer(a.policy.optimizer, self._opt.write_states)
         self._bound = True
 
     def _unbind(self) -> None:
@@ -404,7 +205,8 @@ class SeedBatch:
         if self._opt is not None:
             self._opt.write_states()
         for a in self.agents:
-            a._seed_batch_sync = None
+            if isinstance(a.policy.optimizer, SyncedOptimizer):
+                a.policy.optimizer = a.policy.optimizer.inner
             for p in a.policy.parameters():
                 p.data = p.data.clone()
                 p.grad = None
@@ -412,9 +214,9 @@ class SeedBatch:
         self._bound = False
 
     # ------------------------------------------------------------------ one update of every seed
-    def _check_activation_memory(self, batches: list[Any], prepared: list[tuple[Any, Any]]) -> None:
+    def _check_activation_memory(self, updates: list[Update]) -> None:
         """Count the bytes autograd saves for seed 0's loss; S times that is the stacked forward's need."""
-        a, batch = self.agents[0], batches[0]
+        a, update = self.agents[0], updates[0]
         saved = [0]
 
         def pack(t: torch.Tensor) -> torch.Tensor:
@@ -422,66 +224,51 @@ class SeedBatch:
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            a.loss_from_logits(batch, prepared[0][0], a.policy.step_logits(batch.obs))
+            a.loss_from_logits(update.batch, update.prepared, a.policy.step_logits(update.batch.obs))
         stacked = self.forward == "stacked"  # activations of every seed at once, or of one seed at a time
         check_memory(self.n_seeds, _state_bytes(a) + (saved[0] if stacked else 0), 0 if stacked else saved[0],
                      a.device, "parameters, gradients, optimiser moments" + (" and activations" if stacked else ""))
 
-    def _train(self) -> list[dict[str, float]]:
+    def _train(self) -> list[dict[str, Any]]:
+        """One update of every seed: the agents' own epoch loop (:func:`~tpo_gym.agents.update.run_epochs`) with
+        the batch's backward (each seed's own, or one stacked forward) and optimiser step."""
         agents = self.agents
-        batches, prepared = [], []
-        for a in agents:
-            batch, fixed, diagnostics = a._begin_update()
-            batches.append(batch)
-            prepared.append((fixed, diagnostics))
+        updates = [a.begin_update() for a in agents]
         if not self._memory_checked:
-            self._check_activation_memory(batches, prepared)
+            self._check_activation_memory(updates)
             self._memory_checked = True
         obs = None
         if self.forward == "stacked":
-            shapes = {tuple(b.obs.shape) for b in batches}
+            shapes = {tuple(u.batch.obs.shape) for u in updates}
             if len(shapes) != 1:
                 raise ValueError(f"forward='stacked' needs rollouts of one shape in every seed, got {sorted(shapes)}; "
                                  f"use forward='loop'")
-            obs = torch.stack([b.obs for b in batches])
-        params = [a._trained_parameters() for a in agents]
-        n = len(agents)
-        first = last = norms = torch.full((n,), math.nan)
+            obs = torch.stack([u.batch.obs for u in updates])
         policy0 = agents[0].policy
-        for epoch in range(agents[0].n_epochs):
+
+        def zero_grad() -> None:
             for g in self._grads.values():
                 g.zero_()
-            if obs is not None:
-                logits = policy0.stacked_step_logits(self._params, obs)
-                losses = [a.loss_from_logits(b, f, logits[s])
-                          for s, (a, b, (f, _)) in enumerate(zip(agents, batches, prepared, strict=True))]
-                torch.stack(losses).sum().backward()
-            else:
-                losses = []
-                for a, b, (f, _) in zip(agents, batches, prepared, strict=True):
-                    loss = a.loss_from_logits(b, f, a.policy.step_logits(b.obs))
-                    loss.backward()
-                    losses.append(loss)
-            values = torch.stack([loss.detach() for loss in losses])
-            if epoch == 0:
-                norms = torch.stack([GroupAlgorithm._grad_norm(ps).to(values.device) for ps in params])
-                first = values
-            for a, ps in zip(agents, params, strict=True):
-                if a.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(ps, a.max_grad_norm)
+
+        def backward() -> list[torch.Tensor]:
+            if obs is None:
+                return [a.backward_loss(u) for a, u in zip(agents, updates, strict=True)]
+            logits = policy0.stacked_step_logits(self._params, obs)
+            losses = [a.loss_from_logits(u.batch, u.prepared, logits[s])
+                      for s, (a, u) in enumerate(zip(agents, updates, strict=True))]
+            torch.stack(losses).sum().backward()
+            return losses
+
+        def step() -> None:
             if self._opt is not None:
                 self._opt.step()
             else:
                 for a in agents:
                     a.policy.optimizer.step()
-            last = values
-        # one read-back per update of all seeds (on a GPU, no synchronisation inside the epochs)
-        first, last, norms = torch.stack([first, last, norms]).float().tolist()
-        stats = []
-        for s, a in enumerate(agents):
-            a._n_updates += a.n_epochs
-            stats.append({"loss": first[s], "final_loss": last[s], "grad_norm": norms[s], **prepared[s][1]})
-        return stats
+
+        stats = run_epochs(agents[0].n_epochs, [u.params for u in updates], [a.max_grad_norm for a in agents],
+                           zero_grad, backward, step)
+        return [a.finish_update(u, st) for a, u, st in zip(agents, updates, stats, strict=True)]
 
     # ------------------------------------------------------------------ stacked rollouts
     def _collect_stacked(self) -> list[Any]:
@@ -489,15 +276,15 @@ class SeedBatch:
         from tpo_gym.agents.sampling import collect_stacked_rollouts, make_rollout_env
 
         first = self.agents[0]
-        grouping = first._require_grouping()
+        grouping = first.require_grouping()
         n = first.n_rollouts
         if self._stacked_env is None or self._stacked_env.num_envs != n * self.n_seeds:
-            self._stacked_env = make_rollout_env(first._source, n * self.n_seeds, first._rollout_device())  # type: ignore[arg-type]
+            self._stacked_env = make_rollout_env(first.rollout_source, n * self.n_seeds,  # type: ignore[arg-type]
+                                                 first.rollout_device)
         seeds = []
         for a in self.agents:
             a.policy.set_training_mode(False)
-            seeds.append(a._iteration_seed(a._rollout_index))
-            a._rollout_index += 1
+            seeds.append(a.next_rollout_seed())
         decode = first.policy.stacked_rollout_decoder(self._params)
         return collect_stacked_rollouts(decode, first.policy.n_actions, self._stacked_env, seeds,
                                         grouping.n_candidates, grouping.score_all_actions, grouping.rollout_group)
@@ -526,11 +313,7 @@ class SeedBatch:
             torch.set_num_threads(self.agents[0].n_threads)
         set_up = []
         for a, cb in zip(self.agents, callbacks, strict=True):
-            a._require_grouping()
-            total, cb = a._setup_learn(total_timesteps, cb, reset_num_timesteps, "run", False)
-            a._get_rollout_env()
-            cb.on_training_start(locals(), globals())
-            set_up.append((total, cb))
+            set_up.append(a.start_learning(total_timesteps, cb, reset_num_timesteps, "run", False))
         from tqdm.auto import tqdm
 
         first = self.agents[0]
@@ -546,20 +329,16 @@ class SeedBatch:
                     cb.on_rollout_start()
                 batches = self._collect_stacked() if self.rollout == "stacked" else [None] * self.n_seeds
                 for a, (total, cb), stacked in zip(self.agents, set_up, batches, strict=True):
-                    a.rollout_batch = batch = stacked if stacked is not None else a.collect_rollouts()
-                    a.num_timesteps += batch.n_steps
-                    cb.update_locals(locals())
-                    go_on = cb.on_step() and go_on
-                    cb.on_rollout_end()
-                    a._update_current_progress_remaining(a.num_timesteps, total)
+                    batch = stacked if stacked is not None else a.collect_rollouts()
+                    go_on = a.after_rollout(batch, cb, total) and go_on
                 if not go_on:
                     break
                 with deferred_checks():  # the objectives' value checks of all seeds, read back at once
                     all_stats = self._train()
-                episodes = [a._episode_means(a.rollout_batch) for a in self.agents]
+                episodes = [a.episode_means(a.rollout_batch) for a in self.agents]
                 resolve_records(all_stats + episodes)  # every seed's diagnostics in one read-back
                 for a, stats, episode in zip(self.agents, all_stats, episodes, strict=True):
-                    a._record_iteration(a.rollout_batch, stats, log_interval, episode)
+                    a.record_iteration(a.rollout_batch, stats, log_interval, episode)
                 bar.update(1)
         finally:
             bar.close()

@@ -19,6 +19,7 @@ from tpo_gym.agents.base import GroupAlgorithm
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.registry import AlgorithmSpec, register_algorithm
 from tpo_gym.agents.sampling import RolloutBatch
+from tpo_gym.agents.update import StepAdvantageBatch
 from tpo_gym.objectives import batch_baseline_advantages, dg_loss, grpo_advantages, ppo_loss, reinforce_loss
 
 __all__ = ["PPO", "REINFORCE", "DG"]
@@ -51,9 +52,9 @@ class _SingleSample(GroupAlgorithm):
             return grpo_advantages(rewards.T, mask).T
         return batch_baseline_advantages(rewards, batch.step_mask)
 
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[StepAdvantageBatch, dict[str, Any]]:
         """Advantages and the rollout-time log-probs of the behaviour actions."""
-        return {"adv": self.advantages(batch), "logp_old": old}, {}
+        return StepAdvantageBatch(adv=self.advantages(batch), logp_old=old), {}
 
 
 @register_algorithm
@@ -81,9 +82,9 @@ class PPO(_SingleSample):
         self.clip_range = check_float("clip_range", clip_range, 0.0)
         super().__init__(policy, env, **kwargs)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: StepAdvantageBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.ppo_loss` on the behaviour actions."""
-        return ppo_loss(current, fixed["logp_old"], fixed["adv"], self.clip_range, batch.step_mask)
+        return ppo_loss(current, prepared.logp_old, prepared.adv, self.clip_range, batch.step_mask)
 
 
 @register_algorithm
@@ -110,9 +111,9 @@ class REINFORCE(_SingleSample):
         self.baseline = check_choice("baseline", baseline, self.baselines)
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: StepAdvantageBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.reinforce_loss`."""
-        return reinforce_loss(current, fixed["adv"], batch.step_mask)
+        return reinforce_loss(current, prepared.adv, batch.step_mask)
 
 
 @register_algorithm
@@ -140,6 +141,6 @@ class DG(_SingleSample):
         self.baseline = check_choice("baseline", baseline, self.baselines)
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: StepAdvantageBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.dg_loss`."""
-        return dg_loss(current, fixed["adv"], self.eta, batch.step_mask)
+        return dg_loss(current, prepared.adv, self.eta, batch.step_mask)

@@ -10,7 +10,8 @@ import torch
 from stable_baselines3.common.type_aliases import GymEnv
 
 from tpo_gym._validation import check_bool, check_choice, check_float
-from tpo_gym.agents.base import GroupAlgorithm, Grouping
+from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.grouping import Grouping, resolve_grouping
 from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.registry import (
@@ -22,6 +23,7 @@ from tpo_gym.agents.registry import (
     register_algorithm,
 )
 from tpo_gym.agents.sampling import RolloutBatch
+from tpo_gym.agents.update import TargetBatch
 from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
 __all__ = ["TPO", "collapsed_target_fraction", "collapse_warning", "COLLAPSE_Q", "COLLAPSE_WARN_FRACTION"]
@@ -158,11 +160,11 @@ class TPO(GroupAlgorithm):
         self.candidates = check_choice("candidates", candidates, CANDIDATES)
         self.beta = check_float("beta", beta, 0.0)
         super().__init__(policy, env, **kwargs)
-        if self.beta > 0 and not self._text:
+        if self.beta > 0 and not self.is_text:
             raise ValueError(f"beta={beta} (a KL penalty to a frozen reference model) needs policy='CausalLMPolicy'; "
                              "TPO on other policies has no KL term (beta=0)")
 
-    def _needs_reference(self) -> bool:
+    def needs_reference(self) -> bool:
         return self.beta > 0
 
     def token_penalty(self, batch: Any, start: int, stop: int, token_logp: torch.Tensor) -> torch.Tensor | None:
@@ -172,12 +174,11 @@ class TPO(GroupAlgorithm):
         rows = batch.group_rows(start, stop)
         return self.beta * kl_penalty(token_logp, batch.token_logp_ref[rows], batch.token_mask[rows])
 
-    def _grouping(self, native: bool) -> Grouping:
-        if self.candidates == "single":
-            return Grouping("actions")
-        return super()._grouping(native)
+    def choose_grouping(self, native: bool) -> Grouping:
+        return resolve_grouping(self.sampling, self.level, self.group_size, native=native, text=self.is_text,
+                                single_candidate=self.candidates == "single")
 
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[dict[str, Any], dict[str, float]]:
+    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[TargetBatch, dict[str, Any]]:
         """Scores, z-scores ``u`` and the frozen target ``q`` of every group."""
         if self.candidates == "single":
             scores, mask, diagnostics = self.single_candidate_scores(batch)
@@ -187,14 +188,14 @@ class TPO(GroupAlgorithm):
         u = standardize_scores(scores, mask)
         q = tpo_target(old, u, self.eta, self.anchor, mask)
         diagnostics["mean_q_winners"], diagnostics["mean_q_losers"] = winner_loser_means(q, u, mask)
-        if self._require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
+        if self.require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
             diagnostics["entropy_q"] = entropy(torch.log(q.clamp(min=1e-30)))
             diagnostics["entropy_p_old"] = entropy(old)
-        if self._text and self.candidates == "sampled":
+        if self.is_text and self.candidates == "sampled":
             collapsed = collapsed_target_fraction(q, scores, mask)
             diagnostics["collapsed_target_fraction"] = collapsed
             self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models only
-        return {"q": q, "mask": mask}, diagnostics
+        return TargetBatch(q=q, mask=mask), diagnostics
 
     def _warn_if_collapsed(self, fraction: float) -> None:
         """Warn once per agent when most informative groups have a collapsed target."""
@@ -202,11 +203,11 @@ class TPO(GroupAlgorithm):
             return
         self._collapse_warned = True
         policy = self.policy
-        settings = {"iteration": self._iteration, "length_normalize": getattr(policy, "length_normalize", None),
+        settings = {"iteration": self.iteration, "length_normalize": getattr(policy, "length_normalize", None),
                     "max_new_tokens": getattr(policy, "max_new_tokens", None), "eta": self.eta}
         warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True}",
                                        "max_new_tokens"), UserWarning, stacklevel=2)
 
-    def compute_loss(self, batch: RolloutBatch, fixed: dict[str, Any], current: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, batch: RolloutBatch, prepared: TargetBatch, current: torch.Tensor) -> torch.Tensor:
         """:func:`~tpo_gym.objectives.tpo_loss` of the group log-probs against the frozen target."""
-        return tpo_loss(current, fixed["q"], fixed["mask"])
+        return tpo_loss(current, prepared.q, prepared.mask)

@@ -111,7 +111,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from tpo_gym._validation import check_bool, check_choice, check_float
-from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.grouping import group_diagnostics
 from tpo_gym.agents.tpo import (
     COLLAPSE_WARN_FRACTION,
     collapse_warning,
@@ -446,7 +446,7 @@ class TargetPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         zero_var = (u == 0).all(dim=-1) if mask is None else ((u == 0) | ~valid).all(dim=-1)
         metrics["target/zero_variance_fraction"].append(zero_var.float().mean().item())
-        for name, value in GroupAlgorithm.group_diagnostics(scores, mask).items():
+        for name, value in group_diagnostics(scores, mask).items():
             if name != "zero_variance_fraction":  # logged above, under its TRL-path name
                 metrics[name].append(float(value))
         self._table_columns(torch.where(valid, u, torch.full_like(u, math.nan)).reshape(-1))
