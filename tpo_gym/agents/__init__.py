@@ -11,7 +11,8 @@
 ``CE``          the supervised oracle
 =============== ======================================================================
 
-All share :class:`~tpo_gym.agents.base.GroupAlgorithm` (SB3 ``BaseAlgorithm``): ``learn``,
+All share :class:`~tpo_gym.agents.base.GroupAlgorithm` (on SB3's ``BaseAlgorithm``, split as SB3 splits its
+own: :mod:`~tpo_gym.agents.algorithm_base` and :mod:`~tpo_gym.agents.base`; docs/architecture.md): ``learn``,
 ``predict``, ``save`` / ``load`` (plain JSON + ``weights_only`` tensors: loading runs no code from the
 file), SB3 callbacks and logger, ``history``, ``steps_per_iteration``. Policies: ``MlpPolicy``,
 ``TransformerPolicy`` (Discrete actions) and ``CausalLMPolicy`` (a Hugging Face language model on a

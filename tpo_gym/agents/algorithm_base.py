@@ -220,10 +220,8 @@ class AlgorithmBase(BaseAlgorithm):
     @property
     def n_rollouts(self) -> int:
         """Episodes rolled out per iteration: B, or B*K (sequence level; interaction budget)."""
-        grouping = self.require_grouping()
-        if grouping.kind == "rollouts":
-            return self.batch_size * self.group_size
-        if self.sampling == "single" and self.budget == "interaction":
+        kind = self.require_grouping().kind
+        if kind == "rollouts" or (kind == "none" and self.budget == "interaction"):
             return self.batch_size * self.group_size
         return self.batch_size
 

@@ -80,16 +80,16 @@ def metric_label(metric: Mapping[str, Any]) -> str:
     """``Steps to error < 1%``, ``Final test error (%)``, ``Final misalignment``, ``Grad norm last / first``."""
     key = metric.get("key", "error")
     words = key.replace("_", " ")
-    if metric["type"] == "steps_to_threshold":
+    if metric["type"] == M.STEPS_TO_THRESHOLD:
         thr = float(metric["threshold"])
         bound = f"{thr * 100:g}%" if key in ("error", "test_error") and thr < 1 else f"{thr:g}"
         return f"Steps to {words} < {bound}"
-    if metric["type"] == "ratio":
+    if metric["type"] == M.RATIO:
         return f"{words[0].upper() + words[1:]} last / first"
     unit = f" ({metric['unit']})" if metric.get("unit") else ""
     window = int(metric.get("window", 1))
     span = f", mean of the last {window} steps" if window > 1 else ""
-    return f"{'Initial' if metric['type'] == 'initial' else 'Final'} {words}{unit}{span}"
+    return f"{'Initial' if metric['type'] == M.INITIAL else 'Final'} {words}{unit}{span}"
 
 
 def higher_is_better(metric: Mapping[str, Any]) -> bool:
@@ -100,7 +100,7 @@ def higher_is_better(metric: Mapping[str, Any]) -> bool:
 def check_metric(check: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The metric a check compares: a preset metric by id, an inline metric, or the final value of ``key``."""
     if "key" in check:
-        return {"id": f"final {check['key']}", "type": "final", "key": check["key"]}
+        return {"id": f"final {check['key']}", "type": M.FINAL, "key": check["key"]}
     metric = check["metric"]
     if isinstance(metric, str):
         return dict(next(m for m in metrics if m["id"] == metric))

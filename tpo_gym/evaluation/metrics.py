@@ -17,6 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 __all__ = [
+    "METRIC_TYPES",
+    "TABLE_METRIC_TYPES",
+    "STEPS_TO_THRESHOLD",
+    "FINAL",
+    "INITIAL",
+    "RATIO",
     "seed_mean_curve",
     "steps_to_threshold",
     "final_value",
@@ -27,6 +33,13 @@ __all__ = [
     "stratified_bootstrap_ci",
     "paper_agrees",
 ]
+
+#: The metric types of a preset or claim (``{"type": ...}``), the one vocabulary the report computes
+#: (``report.values``), presets validate and claims label: steps until the seed-mean curve falls below a
+#: threshold, the final or initial value (a seed mean), and the last / first ratio of the seed-mean curve.
+METRIC_TYPES = (STEPS_TO_THRESHOLD, FINAL, INITIAL, RATIO) = ("steps_to_threshold", "final", "initial", "ratio")
+#: The metric types a preset's tables may use (all but ``"ratio"``, which only a claim's inline metric may use).
+TABLE_METRIC_TYPES = (STEPS_TO_THRESHOLD, FINAL, INITIAL)
 
 
 def seed_mean_curve(curves: np.ndarray) -> np.ndarray:

@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
-from tpo_gym.evaluation.report.values import METRIC_TYPES as _INLINE_METRIC_TYPES
-from tpo_gym.evaluation.report.values import TABLE_METRIC_TYPES as _METRIC_TYPES
+from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD
+from tpo_gym.evaluation.metrics import METRIC_TYPES as _INLINE_METRIC_TYPES
+from tpo_gym.evaluation.metrics import TABLE_METRIC_TYPES as _METRIC_TYPES
 
 __all__ = ["CHECK_TESTS", "MAX_RUNS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups",
            "load_preset", "resolve_names", "setup_setting_name", "validate_preset"]
@@ -531,13 +532,13 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             _fail(source, f"each metric needs a string 'id' and a type in {_METRIC_TYPES}; got {mt!r}")
         if not isinstance(mt.get("key", "error"), str):
             _fail(source, f"metric {mt['id']!r}: key must be a string")
-        if mt["type"] == "steps_to_threshold" and not isinstance(mt.get("threshold"), int | float):
+        if mt["type"] == STEPS_TO_THRESHOLD and not isinstance(mt.get("threshold"), int | float):
             _fail(source, f"metric {mt['id']!r}: steps_to_threshold needs a numeric threshold")
         if mt.get("better", "lower") not in ("lower", "higher"):
             _fail(source, f"metric {mt['id']!r}: better must be 'lower' or 'higher', got {mt.get('better')!r}")
         window = mt.get("window", 1)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1 or (
-                window > 1 and mt["type"] != "final"):
+                window > 1 and mt["type"] != FINAL):
             _fail(source, f"metric {mt['id']!r}: window must be an integer >= 1, and only final metrics take one; "
                           f"got {window!r}")
         dash = mt.get("paper_dash", "never")
@@ -627,7 +628,7 @@ def _validate_check(source: str, where: str, check: Any, method_names: list[str]
         if not isinstance(metric, dict) or metric.get("type") not in _INLINE_METRIC_TYPES \
                 or not isinstance(metric.get("key", "error"), str):
             _fail(source, f"{where}: an inline metric needs a type in {_INLINE_METRIC_TYPES} and a string key")
-        if metric["type"] == "steps_to_threshold" and not isinstance(metric.get("threshold"), int | float):
+        if metric["type"] == STEPS_TO_THRESHOLD and not isinstance(metric.get("threshold"), int | float):
             _fail(source, f"{where}: an inline steps_to_threshold metric needs a numeric threshold")
     if test == "paper" and not isinstance(metric, str):
         _fail(source, f"{where}: test 'paper' needs the id of a metric with paper numbers")

@@ -27,10 +27,11 @@ __all__ = [
     "multi_context_bandit",
     "misalignment",
     "TABULAR_SETUPS",
+    "SAMPLED_LOSSES",
+    "REFERENCE_SAMPLED_LOSSES",
+    "POPULATION_COEFFICIENTS",
 ]
 
-SINGLE_CONTEXT_METHODS = ("tpo", "grpo", "pg", "dg", "group_pg", "ce")
-MULTI_CONTEXT_METHODS = ("ce", "tpo", "grpo", "dg")
 
 
 def misalignment(g: torch.Tensor, g_star: torch.Tensor) -> float:
@@ -53,38 +54,78 @@ TABULAR_SETUPS = ("tuned", "reference")
 REFERENCE_BASELINE = 0.5
 
 
+# One loss per method on one batch of B sampled actions of the single-context bandit: ``logits`` the table (with
+# gradient), ``logp`` ``[B]`` the log-probs of the sampled actions (the B samples form one group of candidates).
+SampledLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
+
+
+def _tpo(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+         eta: float) -> torch.Tensor:
+    u = O.standardize_scores(rewards)
+    return O.tpo_loss(logp, O.tpo_target(logp.detach(), u, eta=eta))
+
+
+def _grpo(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+          eta: float) -> torch.Tensor:
+    return O.grpo_loss(logp, logp.detach(), rewards, beta=0.0)
+
+
+def _pg(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+        eta: float) -> torch.Tensor:
+    return O.reinforce_loss(logp, O.batch_baseline_advantages(rewards))
+
+
+def _dg(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+        eta: float) -> torch.Tensor:
+    return O.dg_loss(logp, O.batch_baseline_advantages(rewards), eta=eta)
+
+
+def _group_pg(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+              eta: float) -> torch.Tensor:
+    return O.group_pg_loss(logp, O.standardize_scores(rewards), eta=eta)
+
+
+def _ce(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int,
+        eta: float) -> torch.Tensor:
+    """The CE oracle: supervised cross-entropy on the correct arm."""
+    return O.cross_entropy_loss(logits.unsqueeze(0), torch.tensor([correct]))
+
+
+def _reference_tpo(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                   correct: int, eta: float) -> torch.Tensor:
+    """One score per arm (the observed reward of a sampled arm, the baseline for an unsampled one); target and
+    cross-entropy over every arm (one group of n_arms candidates)."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    u = torch.full_like(logits, REFERENCE_BASELINE, dtype=rewards.dtype)
+    u[actions] = rewards
+    return O.tpo_loss(logp_all[None], O.tpo_target(logp_all.detach()[None], u[None], eta=eta))
+
+
+def _reference_pg(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                  correct: int, eta: float) -> torch.Tensor:
+    return O.reinforce_loss(logp, rewards - REFERENCE_BASELINE)
+
+
+def _reference_dg(logits: torch.Tensor, logp: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                  correct: int, eta: float) -> torch.Tensor:
+    return O.dg_loss(logp, rewards - REFERENCE_BASELINE, eta=eta)
+
+
+#: The single-context methods' losses (``setup="tuned"``), by method name (an agent's ``AlgorithmSpec.tabular``).
+SAMPLED_LOSSES: dict[str, SampledLoss] = {"tpo": _tpo, "grpo": _grpo, "pg": _pg, "dg": _dg, "group_pg": _group_pg,
+                                          "ce": _ce}
+#: Where ``setup="reference"`` differs (docs/method.md section 4b): TPO over every arm, PG / DG with baseline 0.5.
+REFERENCE_SAMPLED_LOSSES: dict[str, SampledLoss] = {"tpo": _reference_tpo, "pg": _reference_pg, "dg": _reference_dg}
+
+
 def _sampled_loss(
     method: str, logits: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, correct: int, eta: float,
     setup: str = "tuned",
 ) -> torch.Tensor:
     """The method's loss on one batch of B sampled actions of the single-context bandit."""
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all[actions]  # [B]: the B samples form one group of candidates
-    if setup == "reference" and method == "tpo":
-        # one score per arm: the observed reward of a sampled arm, the baseline for an unsampled one;
-        # target and cross-entropy over every arm (one group of n_arms candidates)
-        u = torch.full_like(logits, REFERENCE_BASELINE, dtype=rewards.dtype)
-        u[actions] = rewards
-        q = O.tpo_target(logp_all.detach()[None], u[None], eta=eta)
-        return O.tpo_loss(logp_all[None], q)
-    if setup == "reference" and method in ("pg", "dg"):
-        adv = rewards - REFERENCE_BASELINE
-        return O.reinforce_loss(logp, adv) if method == "pg" else O.dg_loss(logp, adv, eta=eta)
-    if method == "tpo":
-        u = O.standardize_scores(rewards)
-        q = O.tpo_target(logp.detach(), u, eta=eta)
-        return O.tpo_loss(logp, q)
-    if method == "grpo":
-        return O.grpo_loss(logp, logp.detach(), rewards, beta=0.0)
-    if method == "group_pg":
-        return O.group_pg_loss(logp, O.standardize_scores(rewards), eta=eta)
-    adv = O.batch_baseline_advantages(rewards)
-    if method == "pg":
-        return O.reinforce_loss(logp, adv)
-    if method == "dg":
-        return O.dg_loss(logp, adv, eta=eta)
-    # the CE oracle: supervised cross-entropy on the correct arm
-    return O.cross_entropy_loss(logits.unsqueeze(0), torch.tensor([correct]))
+    loss = (REFERENCE_SAMPLED_LOSSES.get(method) if setup == "reference" else None) or SAMPLED_LOSSES[method]
+    logp = torch.log_softmax(logits, dim=-1)[actions]  # [B]: the B samples form one group of candidates
+    return loss(logits, logp, actions, rewards, correct, eta)
 
 
 def single_context_bandit(
@@ -147,15 +188,19 @@ def single_context_bandit(
     return rows
 
 
-def _population_coefficient(method: str, lam: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Per-context coefficient c(p) on (e_y - pi_n) of each method's expected update (docs/method.md section 3)."""
-    if method == "ce":
-        return lambda p: torch.ones_like(p)
-    if method == "dg":
-        return lambda p: p / (1 + p)
-    if method == "grpo":
-        return lambda p: torch.sqrt(p / (1 - p).clamp_min(1e-12))
-    return lambda p: p * (lam - 1) / (1 - p + lam * p)
+#: Per-context coefficient ``c(p, lam)`` on ``(e_y - pi_n)`` of each multi-context method's expected update
+#: (docs/method.md section 3), by method name.
+POPULATION_COEFFICIENTS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
+    "ce": lambda p, lam: torch.ones_like(p),
+    "tpo": lambda p, lam: p * (lam - 1) / (1 - p + lam * p),
+    "grpo": lambda p, lam: torch.sqrt(p / (1 - p).clamp_min(1e-12)),
+    "dg": lambda p, lam: p / (1 + p),
+}
+
+
+#: The methods each experiment runs (the keys of :data:`SAMPLED_LOSSES` / :data:`POPULATION_COEFFICIENTS`).
+SINGLE_CONTEXT_METHODS = tuple(SAMPLED_LOSSES)
+MULTI_CONTEXT_METHODS = tuple(POPULATION_COEFFICIENTS)
 
 
 def multi_context_bandit(
@@ -198,13 +243,13 @@ def multi_context_bandit(
     logits = torch.randn(n_contexts, n_arms, generator=gen, dtype=torch.float64)
     labels = torch.randint(n_arms, (n_contexts,), generator=gen)
     onehot = torch.nn.functional.one_hot(labels, n_arms).to(torch.float64)
-    coef = _population_coefficient(method, lam)
+    coefficient = POPULATION_COEFFICIENTS[method]
     rows: list[dict] = []
     for step in range(steps):
         pi = torch.softmax(logits, -1)
         p = pi.gather(1, labels[:, None])
         g_ce = onehot - pi
-        g = coef(p) * g_ce
+        g = coefficient(p, lam) * g_ce
         row = {"step": step, "error": float(1 - p.mean()), "misalignment": misalignment(g, g_ce)}
         logits = logits + step_size * g / g.norm()
         if setup == "reference":

@@ -452,7 +452,7 @@ def _figures(preset: Preset, cells: dict[tuple[str, str], Cell], out: Path, n_se
         if fig is not None:
             figures.append(fig)
     for metric in preset.metrics:
-        if metric["type"] == "steps_to_threshold":
+        if metric["type"] == M.STEPS_TO_THRESHOLD:
             fig = _fig_seed_steps(preset, cells, metric, colors, out / f"seeds_{metric['id']}.png")
             if fig is not None:
                 figures.append(fig)

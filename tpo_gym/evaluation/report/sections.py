@@ -21,7 +21,7 @@ def _seed_steps_table(preset: Preset, cells: dict[tuple[str, str], Cell]) -> lis
     """Median and quartiles of the per-seed steps to each threshold, and how many seeds never got there."""
     md: list[str] = []
     for metric in preset.metrics:
-        if metric["type"] != "steps_to_threshold":
+        if metric["type"] != M.STEPS_TO_THRESHOLD:
             continue
         key, thr = metric.get("key", "error"), float(metric["threshold"])
         settings = [s["name"] for s in preset.settings]
@@ -84,7 +84,7 @@ def _terms(preset: Preset, present: set[str]) -> list[str]:
         md.append("- **misalignment** — 1 − cos(g, g*) between the update direction g a method takes and the "
                   "oracle direction g*: π(y*)(e_y* − π) on the single-context bandit, the cross-entropy (CE) "
                   "direction on the multi-context bandit. 0 = the oracle's direction, 1 = orthogonal to it.")
-    if any(m["type"] == "steps_to_threshold" for m in preset.metrics):
+    if any(m["type"] == M.STEPS_TO_THRESHOLD for m in preset.metrics):
         md.append("- **steps to X** — the first (0-indexed) step at which the seed-mean curve is below X; "
                   "`never` = not within the budget. Its ± is a bootstrap s.e. (200 resamples of the seeds).")
     md.append("- **±** — standard error over seeds, std (ddof = 1) / sqrt(n). **⚠** — outside 2 s.e. of the "
@@ -227,8 +227,8 @@ def _setting_groups(methods: list[str], covered: dict[str, list[str]]) -> list[t
 
 
 def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
-    metrics = [m for m in preset.metrics if m["type"] == "final"] or [
-        {"id": "final_error", "type": "final", "key": preset.data.get("curves", ["error"])[0]}]
+    metrics = [m for m in preset.metrics if m["type"] == M.FINAL] or [
+        {"id": "final_error", "type": M.FINAL, "key": preset.data.get("curves", ["error"])[0]}]
     methods = [m["name"] for m in preset.methods]
     setting_order = [s["name"] for s in preset.settings]
     md = ["## Aggregate (IQM)\n",

@@ -26,12 +26,9 @@ def _diagnostic_keys() -> tuple[str, ...]:
     return (*reported_diagnostics(), "misalignment")
 
 
-#: Every metric type a report computes (:func:`_metric_value`): steps until the seed-mean curve falls below a
-#: threshold, the final or initial value (a seed mean), and the last / first ratio of the seed-mean curve. The one
-#: vocabulary of metric types: :mod:`~tpo_gym.evaluation.presets` validates against it.
-METRIC_TYPES = ("steps_to_threshold", "final", "initial", "ratio")
-#: The metric types a preset's tables may use (all but ``"ratio"``, which only a claim's inline metric may use).
-TABLE_METRIC_TYPES = tuple(t for t in METRIC_TYPES if t != "ratio")
+#: Every metric type a report computes (:func:`_metric_value`), from :mod:`~tpo_gym.evaluation.metrics` (the one
+#: vocabulary: presets validate against it, claims label with it).
+METRIC_TYPES, TABLE_METRIC_TYPES = M.METRIC_TYPES, M.TABLE_METRIC_TYPES
 
 
 @dataclass
@@ -65,18 +62,18 @@ def _metric_value(cell: Cell, metric: dict[str, Any]) -> C.Stat:
     steps, mat = cell.matrix(key)
     if mat.size == 0:
         return C.Stat(math.nan)
-    if metric["type"] == "steps_to_threshold":
+    if metric["type"] == M.STEPS_TO_THRESHOLD:
         thr = float(metric["threshold"])
         value = M.steps_to_threshold(mat, thr, steps)
         se = M.bootstrap_se(mat, lambda m: M.steps_to_threshold(m, thr, steps))
         return C.Stat(value, se)
-    if metric["type"] == "ratio":
+    if metric["type"] == M.RATIO:
         mean = M.seed_mean_curve(mat)
         ok = mean[np.isfinite(mean)]
         if ok.size == 0 or ok[0] == 0:
             return C.Stat(math.nan)
         return C.Stat(float(ok[-1] / ok[0]))
-    if metric["type"] == "initial":
+    if metric["type"] == M.INITIAL:
         finals = M.first_value(mat)
     else:
         finals = M.final_value(mat, int(metric.get("window", 1)))
@@ -90,7 +87,7 @@ def _fmt(v: float | None, metric: dict[str, Any]) -> str:
         return "never"
     if not math.isfinite(v):
         return "n/a"
-    if metric["type"] == "steps_to_threshold":
+    if metric["type"] == M.STEPS_TO_THRESHOLD:
         return f"{v:.0f}"
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
@@ -98,7 +95,7 @@ def _fmt(v: float | None, metric: dict[str, Any]) -> str:
 def _fmt_se(se: float, metric: dict[str, Any]) -> str:
     if not math.isfinite(se):
         return ""
-    return f" ± {se:.0f}" if metric["type"] == "steps_to_threshold" or se >= 100 else f" ± {se:.2g}"
+    return f" ± {se:.0f}" if metric["type"] == M.STEPS_TO_THRESHOLD or se >= 100 else f" ± {se:.2g}"
 
 
 def _fmt_stat(stat: C.Stat, metric: dict[str, Any]) -> str:
