@@ -311,15 +311,8 @@ class AlgorithmBase(BaseAlgorithm):
     # ------------------------------------------------------------------------------------------
     # predict, save / load
     # ------------------------------------------------------------------------------------------
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """Actions for one observation or a batch; observations outside the space raise ``ValueError``."""
-        return self.policy.predict(observation, state, episode_start, deterministic)
+    # predict: SB3's ``BaseAlgorithm.predict`` (the policy's ``predict``, which refuses observations outside
+    # the space with a ``ValueError`` naming them)
 
     def training_state(self) -> dict[str, Any]:
         """The counters and history a file keeps (``state`` of :mod:`~tpo_gym.agents.persistence`'s schema)."""

@@ -71,33 +71,14 @@ from tpo_gym.agents.serialization import (
 )
 
 __all__ = [
-    "FORMAT",
-    "VERSION",
-    "AgentFileError",
-    "space_to_data",
-    "space_from_data",
-    "class_to_name",
-    "class_from_name",
-    "encode_value",
-    "decode_value",
-    "check_plain",
-    "schedule_to_data",
-    "schedule_from_data",
-    "write_agent_file",
-    "read_agent_file",
-    "write_agent_dir",
-    "read_agent_dir",
-    "check_agent_meta",
-    "setting_error",
-    "check_space_sizes",
-    "save_agent",
-    "load_agent",
-    "MAX_JSON_BYTES",
-    "MAX_WEIGHTS_BYTES",
-    "ALLOWED_MODULES",
-    "JSON_ENTRY",
-    "WEIGHTS_ENTRY",
-    "OPTIMIZER_ENTRY",
+    # the agent's schema (this module)
+    "save_agent", "load_agent", "agent_meta", "agent_settings", "setting_names", "check_agent_meta", "setting_error",
+    "check_space_sizes", "package_version", "META_FIELDS", "STATE_FIELDS", "NOT_SETTINGS",
+    # re-exported: the containers (agent_files) and the plain-data encodings (serialization)
+    "AgentFileError", "FORMAT", "VERSION", "JSON_ENTRY", "WEIGHTS_ENTRY", "OPTIMIZER_ENTRY", "MAX_JSON_BYTES",
+    "MAX_WEIGHTS_BYTES", "ALLOWED_MODULES", "read_agent_file", "write_agent_file", "read_agent_dir", "write_agent_dir",
+    "space_to_data", "space_from_data", "class_to_name", "class_from_name", "encode_value", "decode_value",
+    "check_plain", "schedule_to_data", "schedule_from_data",
 ]
 
 
