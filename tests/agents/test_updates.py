@@ -173,3 +173,62 @@ def test_dense_rewards_are_credited_as_given() -> None:
     model = PPO("TransformerPolicy", token_env(length=3, vocab_size=2, reward="bag"), batch_size=16, seed=0)
     batch = model.collect_rollouts()
     assert torch.equal(batch.credited_rewards(), batch.rewards)
+
+
+# ---------------------------------------------------------------------------------------------
+# tpo_gym.agents.update: typed batches and the one epoch loop
+# ---------------------------------------------------------------------------------------------
+def test_slice_groups_cuts_every_per_group_tensor_of_a_typed_batch_or_a_mapping() -> None:
+    from tpo_gym.agents.update import ClippedGroupBatch, slice_groups
+
+    scores, logp = torch.arange(12.0).reshape(4, 3), torch.zeros(4, 3)
+    part = slice_groups(ClippedGroupBatch(scores=scores, mask=None, logp_old=logp, logp_ref=torch.ones(3)), 1, 3, 4)
+    assert isinstance(part, ClippedGroupBatch) and part.mask is None
+    assert torch.equal(part.scores, scores[1:3]) and torch.equal(part.logp_old, logp[1:3])
+    assert torch.equal(part.logp_ref, torch.ones(3)), "a tensor not shaped by the groups is kept whole"
+    as_dict = slice_groups({"scores": scores, "eta": 0.5}, 0, 2, 4)
+    assert torch.equal(as_dict["scores"], scores[:2]) and as_dict["eta"] == 0.5
+    with pytest.raises(TypeError, match="prepare\\(\\) must return a Prepared batch or a mapping, got list"):
+        slice_groups([scores], 0, 1, 4)
+
+
+def test_run_epochs_is_the_plain_loop_for_each_model() -> None:
+    """S models through run_epochs: the first epoch's loss and gradient norm (before clipping), the last loss, and
+    the parameters after E clipped SGD steps equal each model's own loop."""
+    from tpo_gym.agents.update import run_epochs
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 3, generator=gen), torch.randn(8, generator=gen)
+    models = [torch.nn.Linear(3, 1) for _ in range(2)]
+    clones = copy.deepcopy(models)
+    clips = [None, 0.1]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.3) for m in models]
+
+    def loss_of(m: torch.nn.Module) -> torch.Tensor:
+        return ((m(x).squeeze(-1) - y) ** 2).mean()
+
+    def backward() -> list[torch.Tensor]:
+        losses = [loss_of(m) for m in models]
+        for loss in losses:
+            loss.backward()
+        return losses
+
+    stats = run_epochs(3, [list(m.parameters()) for m in models], clips,
+                       lambda: [o.zero_grad() for o in opts], backward, lambda: [o.step() for o in opts])
+    for m, clone, clip, st in zip(models, clones, clips, stats, strict=True):
+        opt = torch.optim.SGD(clone.parameters(), lr=0.3)
+        for epoch in range(3):
+            opt.zero_grad()
+            loss = loss_of(clone)
+            loss.backward()
+            if epoch == 0:
+                first = loss.item()
+                norm = torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in clone.parameters()])).item()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(clone.parameters(), clip)
+            opt.step()
+            last = loss.item()
+        assert st["loss"] == pytest.approx(first, rel=1e-6) and st["final_loss"] == pytest.approx(last, rel=1e-6)
+        assert st["grad_norm"] == pytest.approx(norm, rel=1e-6)
+        for p, q in zip(m.parameters(), clone.parameters(), strict=True):
+            assert torch.equal(p, q)
