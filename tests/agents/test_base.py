@@ -321,3 +321,41 @@ def test_scalar_checks_report_the_right_bound() -> None:
         TPO("MlpPolicy", bandit_env(), anchor="no")
     with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 2.0"):
         TPO("MlpPolicy", bandit_env(), batch_size=2.0)
+
+
+def test_a_rollout_stopped_by_an_exception_is_drawn_again_with_its_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt inside the rollout does not use up its seed: the run then matches an uninterrupted one."""
+    from tpo_gym.agents import base
+
+    plain, interrupted = (PPO("MlpPolicy", bandit_env(), batch_size=4, seed=0, n_epochs=1) for _ in range(2))
+    plain.learn(4 * plain.steps_per_iteration)
+    real, calls = base.collect_rollouts, {"n": 0}
+
+    def interrupt_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(base, "collect_rollouts", interrupt_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.learn(4 * interrupted.steps_per_iteration)
+    interrupted.learn(4 * interrupted.steps_per_iteration - interrupted.num_timesteps, reset_num_timesteps=False)
+    assert [r["error"] for r in interrupted.history] == [r["error"] for r in plain.history]
+    assert interrupted.rollout_seed() == plain.rollout_seed()
+
+
+def test_a_subclass_overriding_a_hook_of_the_old_agent_class_is_refused() -> None:
+    from tpo_gym.agents.grouping import Grouping
+
+    with pytest.raises(TypeError, match="overrides _grouping, which GroupAlgorithm no longer calls: override "
+                                        "choose_grouping instead"):
+        class OldStyle(TPO):
+            def _grouping(self, native: bool) -> Grouping:
+                return Grouping("actions")
+
+
+def test_an_agent_without_an_env_is_refused_unless_it_is_being_loaded() -> None:
+    with pytest.raises(ValueError, match="TPO needs an env to build its policy"):
+        TPO("MlpPolicy", None)
+    assert TPO("MlpPolicy", None, _init_setup_model=False).grouping is None

@@ -284,7 +284,6 @@ def test_predict_on_an_empty_list_of_questions_returns_no_completions() -> None:
 
 def test_text_rollouts_are_a_function_of_the_policy_and_the_seed() -> None:
     policy = _agent().policy
-    assert not hasattr(policy, "collect"), "text rollouts live in tpo_gym.agents.text_rollouts, not on the policy"
     a, b = (collect_text_rollouts(policy, say_letter_env(), 3, 2, seed=5, with_reference=True) for _ in range(2))
     assert isinstance(a, TextBatch) and a.n_groups == 3 and a.group_size == 2 and len(a.completions) == 6
     assert a.scores.shape == a.logp_old.shape == a.logp_ref.shape == (3, 2)
@@ -332,3 +331,16 @@ def test_a_text_agent_takes_back_its_own_vec_env() -> None:
     assert model.rollout_source is not None and model.rollout_source.spec is None
     model.learn(model.steps_per_iteration)
     assert len(model.history) == 1
+
+
+def test_the_policys_old_collect_is_a_deprecated_name_of_collect_text_rollouts() -> None:
+    policy = _agent().policy
+    with pytest.warns(DeprecationWarning, match="collect_text_rollouts"):
+        old = policy.collect(say_letter_env(), 2, 3, seed=4)
+    new = collect_text_rollouts(policy, say_letter_env(), 2, 3, seed=4)
+    assert old.completions == new.completions and torch.equal(old.logp_old, new.logp_old)
+
+
+def test_a_language_model_refuses_single_candidates_by_name() -> None:
+    with pytest.raises(ValueError, match="candidates='single' scores every action of a Discrete action space"):
+        _agent(candidates="single")

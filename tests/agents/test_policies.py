@@ -133,3 +133,28 @@ def test_muon_adamw_exposes_its_inner_optimizers_read_only() -> None:
     assert all(a is b for a, b in zip(opt.optimizers, opt._optimizers, strict=True))
     with pytest.raises(AttributeError):
         opt.optimizers = ()  # type: ignore[misc]
+
+
+def test_a_copied_or_pickled_muon_adamw_agent_trains_on_as_the_original() -> None:
+    """MuonAdamW is copied as its two inner optimisers (torch's Optimizer state would overwrite its properties and
+    patch the class): the copies continue exactly as the original, and later agents still build."""
+    import copy
+    import pickle
+
+    import gymnasium as gym
+
+    from tpo_gym import TPO
+
+    def make(seed: int) -> TPO:
+        return TPO("TransformerPolicy", gym.make("tpo_gym/TokenReversal-v0"), batch_size=4, group_size=2, seed=seed,
+                   policy_kwargs={"d_model": 8, "d_ff": 16, "n_layers": 1})
+
+    model = make(0)
+    model.learn(model.steps_per_iteration)
+    copies = [copy.deepcopy(model), pickle.loads(pickle.dumps(model))]
+    model.learn(2 * model.steps_per_iteration, reset_num_timesteps=False)
+    for c in copies:
+        assert type(c.policy.optimizer).__name__ == "MuonAdamW" and c.policy.optimizer.optimizers
+        c.learn(2 * c.steps_per_iteration, reset_num_timesteps=False)
+        assert c.history == model.history
+    make(1).learn(model.steps_per_iteration)

@@ -177,6 +177,38 @@ def test_a_save_in_the_middle_of_a_seed_batched_run_is_that_seeds_own(tmp_path: 
                 torch.testing.assert_close(y["state"][key][name], v, rtol=1e-4, atol=1e-5)
 
 
+def test_a_copy_made_in_the_middle_of_a_stacked_run_is_a_plain_agent_that_trains_on() -> None:
+    """``copy.deepcopy`` / ``pickle`` of a seed from a callback while the stacked optimiser steps it: a plain agent
+    (its own optimiser, current state) that trains on exactly as a copy of that seed made at the same point."""
+    import copy
+    import pickle
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    copies: dict[str, object] = {}
+
+    class CopyAt(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.model.num_timesteps == 2 * self.model.steps_per_iteration and not copies:
+                copies["deep"] = copy.deepcopy(self.model)
+                copies["pickled"] = pickle.loads(pickle.dumps(self.model))
+            return True
+
+    cls, policy, env, kwargs = FAMILIES["TPO_token"]
+    steps = _steps(cls, policy, env, kwargs)
+    agents = [cls(policy, env, seed=s, **kwargs) for s in range(2)]
+    SeedBatch(agents, forward="loop", optimizer="stacked").learn(3 * steps, callback=[CopyAt(), None])
+    histories = []
+    for c in copies.values():
+        optimizer = c.policy.optimizer
+        assert isinstance(optimizer, torch.optim.Optimizer) and type(optimizer).__name__ == "MuonAdamW"
+        c.learn(steps, reset_num_timesteps=False)
+        histories.append(c.history)
+    assert histories[0] == histories[1] and len(histories[0]) == 2
+    fresh = cls(policy, env, seed=5, **kwargs)  # copying left no trace on the optimiser classes
+    fresh.learn(steps)
+
+
 def test_bad_seed_counts_get_a_clear_error() -> None:
     cls, policy, env, kwargs = FAMILIES["PPO"]
     for bad in (0, -3, True, [], [1, 1], "3"):

@@ -118,6 +118,9 @@ class AlgorithmBase(BaseAlgorithm):
         device = check_device(device)  # "cuda" without CUDA is an error; "auto" is the way to fall back
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"unknown policy alias {policy!r}; allowed: {sorted(self.policy_aliases)} or a class")
+        if env is None and _init_setup_model:
+            raise ValueError(f"{type(self).__name__} needs an env to build its policy (its spaces come from the env): "
+                             "pass an env instance or id; env=None is only for load (or _init_setup_model=False)")
         env, self._source = resolve_env(env, type(self).__name__)
         if env is not None:
             self._check_spaces(env)

@@ -42,6 +42,16 @@ from tpo_gym.agents.update import Update, accumulate_text_gradients, resolve_rec
 __all__ = ["GroupAlgorithm", "Grouping", "resolve_records", "LEVELS", "BUDGETS"]
 
 _IterationProgressBar = IterationProgressBar  # the name tests patch
+#: Hooks of the agent class before its split (2026-12), and what a subclass overrides now: a subclass that still
+#: defines an old one is refused at class creation (it would be silently ignored).
+RENAMED_HOOKS = {
+    "_grouping": "choose_grouping", "_needs_reference": "needs_reference", "_begin_update": "begin_update",
+    "_train_update": "train (or compute_loss)", "_accumulate_text_gradients": "compute_loss / token_penalty",
+    "_resolve_env": "set_env", "_settings": "nothing (persistence.agent_settings reads the constructor)",
+    "_record_iteration": "record_iteration", "_episode_means": "episode_means", "_iteration_seed": "rollout_seed",
+    "_get_rollout_env": "get_rollout_env", "_rollout_device": "rollout_device", "_learn": "learn",
+    "_save_language_model": "save", "_trained_parameters": "begin_update",
+}
 SelfGroupAlgorithm = TypeVar("SelfGroupAlgorithm", bound="GroupAlgorithm")
 
 
@@ -92,6 +102,11 @@ class GroupAlgorithm(AlgorithmBase):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give each agent class its full signature and the ``:param:`` lines of inherited arguments."""
         super().__init_subclass__(**kwargs)
+        renamed = {name: new for name, new in RENAMED_HOOKS.items() if name in cls.__dict__}
+        if renamed:
+            raise TypeError(f"{cls.__name__} overrides {', '.join(sorted(renamed))}, which GroupAlgorithm no longer "
+                            f"calls: override {', '.join(renamed[n] for n in sorted(renamed))} instead "
+                            "(docs/architecture.md)")
         if "spec" in cls.__dict__:
             cls.sampling = cls.spec.sampling
         if "__init__" in cls.__dict__:
@@ -100,22 +115,33 @@ class GroupAlgorithm(AlgorithmBase):
     # ------------------------------------------------------------------------------------------
     # one iteration
     # ------------------------------------------------------------------------------------------
+    def rollout_seed(self) -> int:
+        """The seed of this agent's next rollout: a function of its seed and the rollout's index only."""
+        return int(np.random.SeedSequence([self._base_seed, self._rollout_index]).generate_state(1, np.uint64)[0] >> 2)
+
     def next_rollout_seed(self) -> int:
-        """The seed of this agent's next rollout, a function of its seed and the rollout's index only (the
-        index then moves on)."""
-        seed = int(np.random.SeedSequence([self._base_seed, self._rollout_index]).generate_state(1, np.uint64)[0] >> 2)
+        """:meth:`rollout_seed`, and the index moves on (for a caller that collects the rollout itself)."""
+        seed = self.rollout_seed()
         self._rollout_index += 1
         return seed
 
     def collect_rollouts(self) -> RolloutBatch | TextBatch:
-        """Collect the batch of the next iteration with the current policy (pi_old)."""
+        """Collect the batch of the next iteration with the current policy (pi_old).
+
+        The rollout index moves on only once the batch is collected: a rollout stopped by an exception (an
+        interrupt, an env error) is drawn again, with the same seed, by the next call.
+        """
         grouping = self.require_grouping()
         if self._text:
-            return collect_text_rollouts(self.policy, self._get_text_env(), self.batch_size, self.group_size,
-                                         seed=self.next_rollout_seed(), with_reference=self.needs_reference())
-        return collect_rollouts(self.policy, self.get_rollout_env(), seed=self.next_rollout_seed(),
-                                n_candidates=grouping.n_candidates, score_all_actions=grouping.score_all_actions,
-                                group_size=grouping.rollout_group)
+            batch: RolloutBatch | TextBatch = collect_text_rollouts(
+                self.policy, self._get_text_env(), self.batch_size, self.group_size, seed=self.rollout_seed(),
+                with_reference=self.needs_reference())
+        else:
+            batch = collect_rollouts(self.policy, self.get_rollout_env(), seed=self.rollout_seed(),
+                                     n_candidates=grouping.n_candidates, score_all_actions=grouping.score_all_actions,
+                                     group_size=grouping.rollout_group)
+        self._rollout_index += 1
+        return batch
 
     def view(self, logp: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         """The log-probs the objective reads (:func:`~tpo_gym.agents.grouping.view` by this agent's grouping)."""

@@ -90,6 +90,9 @@ def resolve_grouping(sampling: str, level: str, group_size: int, *, native: bool
     :param single_candidate: ``candidates="single"`` (TPO, GroupPG): one sampled action, scores over all.
     """
     if single_candidate:
+        if text:
+            raise ValueError("candidates='single' scores every action of a Discrete action space (MNIST); a language "
+                             "model's groups are K sampled completions per prompt: use candidates='sampled'")
         return Grouping("actions")
     if text:
         if level == "token":

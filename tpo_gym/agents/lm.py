@@ -420,6 +420,18 @@ class CausalLMPolicy(BasePolicy):
                 self.freeze_reference()
             return self.token_logp(batch, start, stop, self.reference)
 
+    def collect(self, env: Any, n_groups: int, k: int, seed: int, with_reference: bool = False) -> TextBatch:
+        """Deprecated: rollouts are not the policy's job; use
+        :func:`~tpo_gym.agents.text_rollouts.collect_text_rollouts` ``(policy, env, n_groups, k, seed, ...)``,
+        which this calls (same batch)."""
+        import warnings
+
+        from tpo_gym.agents.text_rollouts import collect_text_rollouts
+
+        warnings.warn("CausalLMPolicy.collect is deprecated: use tpo_gym.agents.text_rollouts.collect_text_rollouts("
+                      "policy, env, n_groups, k, seed, with_reference)", DeprecationWarning, stacklevel=2)
+        return collect_text_rollouts(self, env, n_groups, k, seed, with_reference)
+
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of ``softmax(logits)`` over the last axis."""

@@ -82,6 +82,14 @@ class MuonAdamW(torch.optim.Optimizer):
         if rest:
             self._optimizers.append(torch.optim.AdamW(rest, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
+    def __getstate__(self) -> dict[str, Any]:  # type: ignore[override]
+        """Copy / pickle state: the inner optimisers (``torch.optim.Optimizer``'s own would write ``state`` and
+        ``param_groups`` over this class's properties and patch its ``step`` as if it were built by ``Optimizer``)."""
+        return {"defaults": self.defaults, "_optimizers": self._optimizers}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+        self.__dict__.update(state)
+
     @property
     def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
         """The inner optimisers, in order: Muon (if any 2-D parameter goes to it), then AdamW (if any other).

@@ -230,11 +230,29 @@ class SyncedOptimizer:
         self._sync()
         return self.inner.state_dict()
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(optimizer, torch.optim.Optimizer) holds, as for the seed's own
+        return type(self.inner)
+
     def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "_sync"):  # not set yet (an object being rebuilt): no lookup through inner
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.inner, name, value)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A copy is the seed's own optimiser, up to date (a copy made mid-training trains on its own)."""
+        import copy
+
+        self._sync()
+        return copy.deepcopy(self.inner, memo)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as the seed's own optimiser, up to date."""
+        self._sync()
+        return self.inner.__reduce_ex__(protocol)
 
     def __repr__(self) -> str:
         return f"SyncedOptimizer({self.inner!r})"
