@@ -58,6 +58,7 @@ from tpo_gym.agents.lm_files import (
 )
 from tpo_gym.agents.serialization import (
     ALLOWED_MODULES,
+    SPACE_FIELDS,
     AgentFileError,
     check_plain,
     class_from_name,
@@ -78,7 +79,7 @@ __all__ = [
     "AgentFileError", "FORMAT", "VERSION", "JSON_ENTRY", "WEIGHTS_ENTRY", "OPTIMIZER_ENTRY", "MAX_JSON_BYTES",
     "MAX_WEIGHTS_BYTES", "ALLOWED_MODULES", "read_agent_file", "write_agent_file", "read_agent_dir", "write_agent_dir",
     "space_to_data", "space_from_data", "class_to_name", "class_from_name", "encode_value", "decode_value",
-    "check_plain", "schedule_to_data", "schedule_from_data",
+    "check_plain", "schedule_to_data", "schedule_from_data", "SPACE_FIELDS",
 ]
 
 
