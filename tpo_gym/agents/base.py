@@ -293,7 +293,6 @@ class GroupAlgorithm(AlgorithmBase):
         total_timesteps = check_int("total_timesteps", total_timesteps, 0, allow_integral_float=True)
         log_interval = check_int("log_interval", log_interval, 1)
         check_bool("reset_num_timesteps", reset_num_timesteps)
-        self.require_grouping()
         previous_threads = torch.get_num_threads()
         if self.n_threads is not None:
             torch.set_num_threads(self.n_threads)
@@ -302,9 +301,10 @@ class GroupAlgorithm(AlgorithmBase):
                                                             tb_log_name, progress_bar)
             while self.num_timesteps < total_timesteps:
                 callback.on_rollout_start()
-                if not self.after_rollout(self.collect_rollouts(), callback, total_timesteps):
+                batch = self.collect_rollouts()
+                if not self.after_rollout(batch, callback, total_timesteps):
                     break
-                self.record_iteration(self.rollout_batch, self.train(), log_interval)  # type: ignore[arg-type]
+                self.record_iteration(batch, self.train(), log_interval)
             callback.on_training_end()
             return self
         finally:
