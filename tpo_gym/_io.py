@@ -15,15 +15,17 @@ This module sits at the bottom of the package: it imports nothing from ``tpo_gym
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_writer", "atomic_write_bytes",
-           "atomic_write_text", "atomic_write_json", "read_json"]
+           "atomic_write_text", "atomic_write_json", "read_json", "gzip_json_bytes", "read_json_gz"]
 
 #: Mode of every written file before the umask is applied.
 FILE_MODE = 0o644
@@ -106,3 +108,28 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Read a JSON file."""
     return json.loads(Path(path).read_text())
+
+
+def gzip_json_bytes(obj: Any) -> bytes:
+    """``obj`` as indented JSON, gzip-compressed with no time stamp (the same object gives the same bytes)."""
+    text = json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n"
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def read_json_gz(path: str | os.PathLike[str], max_bytes: int) -> Any:
+    """Read a gzip-compressed JSON file, refusing one that holds more than ``max_bytes`` once decompressed.
+
+    :raises ValueError: the file is not gzip data, is truncated, holds more than ``max_bytes`` bytes or is
+        not JSON (each named with the path).
+    """
+    try:
+        with gzip.open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path}: not a complete gzip file ({exc})") from exc
+    if len(data) > max_bytes:
+        raise ValueError(f"{path}: holds more than {max_bytes} bytes once decompressed")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not JSON once decompressed ({exc})") from exc

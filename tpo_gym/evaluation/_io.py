@@ -10,9 +10,11 @@ from tpo_gym._io import (
     atomic_write_text,
     atomic_writer,
     current_umask,
+    gzip_json_bytes,
     make_dirs,
     read_json,
+    read_json_gz,
 )
 
 __all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_writer", "atomic_write_bytes",
-           "atomic_write_text", "atomic_write_json", "read_json"]
+           "atomic_write_text", "atomic_write_json", "read_json", "gzip_json_bytes", "read_json_gz"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import signal
@@ -51,6 +52,17 @@ Methods, tasks and the paper's numbers: docs/method.md in the tpo-gym repository
 _ESTIMATE_NOTE = ("estimate: a work model per run kind times seconds per unit measured on the project's 2-core "
                   "benchmark machine (the compute times of the committed reports in benchmarks/results/); "
                   "read it as within a factor of 2 (tpo_gym/evaluation/cost.py)")
+
+
+def _positive_minutes(text: str) -> float:
+    """``--stop-after``: a positive, finite number of minutes."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--stop-after takes a positive number of minutes, got {text!r}")
+    return value
 
 
 def _positive_int(name: str):
@@ -148,7 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="local worker processes, or a Ray cluster (pip install 'tpo-gym[ray]'; "
                             "connects to RAY_ADDRESS if set, else starts a local Ray with --workers CPUs)")
     bench.add_argument("--list", action="store_true",
-                       help="print the selected settings, methods, runs and estimated cost, then exit")
+                       help="print the selected settings, methods, runs and estimated cost, and how many of "
+                            "the runs are already stored in --out (a bench would skip them), then exit")
+    bench.add_argument("--stop-after", type=_positive_minutes, default=None, metavar="MINUTES",
+                       help="stop cleanly after MINUTES: no run starts after the deadline and the runs in "
+                            "flight are stopped, leaving no record; everything finished is stored and the "
+                            "report is written. The same command goes on from there")
+    compress = bench.add_mutually_exclusive_group()
+    compress.add_argument("--compress", dest="compress", action="store_true", default=None,
+                          help="store run records gzip-compressed (runs/<run_id>.json.gz, about 8x smaller: "
+                               "the form to commit). Default: as the last bench in --out did, else plain JSON")
+    compress.add_argument("--no-compress", dest="compress", action="store_false",
+                          help="store new run records as plain JSON (runs/<run_id>.json)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--device", default="cpu",
                        help="torch device of the agents: cpu (default), cuda, cuda:N or auto")
@@ -160,8 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=fmt,
                             description=textwrap.fill(
                                 "Rebuild report.md, the figures, summary.csv and results.jsonl of a directory "
-                                "written by tpo-gym bench, from its manifest.json and stored runs (runs/*.json, or "
-                                "the rows of results.jsonl for runs without a record).", 100))
+                                "written by tpo-gym bench, from its manifest.json and stored runs (runs/*.json or "
+                                "*.json.gz, or the rows of results.jsonl for runs without a record).", 100))
     report.add_argument("dir", help="a directory written by tpo-gym bench")
     report.add_argument("--preset", default=None,
                         help="report another preset whose runs DIR keeps (one that bench --replace-preset "
@@ -361,10 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     except (PresetError, BackendError) as exc:
         subs["bench"].error(str(exc))
     _check_run_count("bench", preset, args.seeds, args.seeds)
+    out = Path(args.out) if args.out is not None else Path("runs") / preset.name
     if args.list:
         print(describe_preset(preset, args.seeds, args.workers))
+        print(_stored_line(preset, out, args.seeds))
         return 0
-    out = Path(args.out) if args.out is not None else Path("runs") / preset.name
     problem = _check_out(out)
     if problem:
         _fail("bench", problem)
@@ -375,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = bench(preset, out, seeds=args.seeds, workers=args.workers, backend=args.backend,
                         command=command, progress=not args.no_progress, device=args.device,
-                        seed_batch=args.seed_batch, replace_preset=args.replace_preset)
+                        seed_batch=args.seed_batch, replace_preset=args.replace_preset,
+                        compress=args.compress, stop_after=args.stop_after)
         build_report(out)
     except KeyboardInterrupt:
         _fail("bench", f"interrupted; the finished runs are stored in {out}: the same command resumes", code=130)
@@ -393,7 +418,22 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     print(f"{preset.name}: {summary.total} runs ({summary.executed} executed, {summary.skipped} resumed, "
           f"{summary.failed} failed) in {time.perf_counter() - t0:.1f} s -> {out / 'report.md'}")
+    if summary.stopped:
+        print(f"stopped at the --stop-after deadline ({args.stop_after:g} min): {summary.left} of "
+              f"{summary.total} runs left (runs in flight were stopped and left no record); continue with: "
+              f"{command}")
     return 1 if summary.failed else 0
+
+
+def _stored_line(preset: Preset, out: Path, seeds: int | None) -> str:
+    """``--list``'s last line: how many of the selected runs ``out`` already stores."""
+    from tpo_gym.evaluation.runner import stored_runs
+
+    runs = preset.runs(preset.seeds if seeds is None else seeds)
+    stored = len(stored_runs(out, runs)) if (out / "runs").is_dir() else 0
+    if stored == len(runs):
+        return f"stored: all {len(runs)} runs in {out} (a bench there runs nothing new)"
+    return f"stored: {stored} of {len(runs)} runs in {out}; a bench there runs the other {len(runs) - stored}"
 
 
 if __name__ == "__main__":

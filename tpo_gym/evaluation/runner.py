@@ -4,8 +4,10 @@ Layout of an output directory ``OUT``:
 
 * ``OUT/runs/<run_id>.json`` -- one record per finished run (``status`` ``"ok"`` with the logged
   rows, or ``"failed"`` with the traceback), written atomically by the parent process as soon as the
-  run returns. A rerun skips every run whose record is ``"ok"`` and whose configuration hash matches;
-  failed and missing runs are (re)executed.
+  run returns; ``OUT/runs/<run_id>.json.gz`` instead with ``compress=True`` (gzip, no time stamp:
+  about 8x smaller, for records committed to a repository). Either form is read; a run has one. A
+  rerun skips every run whose record is ``"ok"`` and whose configuration hash matches; failed and
+  missing runs are (re)executed.
 * ``OUT/manifest.json`` -- the preset as run (and the whole preset it was selected from), the seed
   count, the command and the wall time of each invocation;
   :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone. One preset's
@@ -16,6 +18,7 @@ Layout of an output directory ``OUT``:
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -23,6 +26,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,16 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym._validation import check_device
-from tpo_gym.evaluation._io import atomic_write_json, make_dirs, read_json
+from tpo_gym.evaluation._io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    gzip_json_bytes,
+    make_dirs,
+    read_json,
+    read_json_gz,
+)
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
 __all__ = ["BACKENDS", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path", "load_record",
-           "require_ray", "switch_preset"]
+           "read_record", "stored_runs", "require_ray", "switch_preset", "MAX_RECORD_BYTES"]
 
 BACKENDS = ("local", "ray")
 RAY_HINT = "pip install 'tpo-gym[ray]'"
+#: A compressed run record holding more than this once decompressed is refused (a Table 1 run is ~0.4 MB).
+MAX_RECORD_BYTES = 256 * 2**20
 
 
 class BackendError(RuntimeError):
@@ -57,7 +70,12 @@ class PresetMismatch(ValueError):
 
 @dataclass
 class BenchSummary:
-    """What one ``bench`` invocation did."""
+    """What one ``bench`` invocation did.
+
+    ``executed`` counts the runs started (``failed`` of them failed); with a deadline (``stop_after``),
+    ``stopped`` says it was reached and ``left`` how many selected runs have no ``"ok"`` record yet
+    (not started, or stopped in flight: those leave no record).
+    """
 
     out: Path
     total: int
@@ -65,23 +83,62 @@ class BenchSummary:
     skipped: int
     failed: int
     wall_s: float
+    stopped: bool = False
+    left: int = 0
 
 
-def record_path(out: Path, spec: RunSpec) -> Path:
-    """Where the record of ``spec`` lives under ``out``."""
-    return Path(out) / "runs" / f"{spec.run_id}.json"
+def _record_paths(out: Path, spec: RunSpec) -> tuple[Path, Path]:
+    """``(plain, compressed)``: the two places the record of ``spec`` may be stored under ``out``."""
+    base = Path(out) / "runs" / spec.run_id
+    return base.with_name(base.name + ".json"), base.with_name(base.name + ".json.gz")
+
+
+def record_path(out: Path, spec: RunSpec, compress: bool | None = None) -> Path:
+    """Where the record of ``spec`` lives under ``out``.
+
+    :param compress: ``None``: the stored record's path (``runs/<run_id>.json.gz`` if that exists, else
+        ``runs/<run_id>.json``); ``True`` / ``False``: the path a new record of that form gets.
+    """
+    plain, packed = _record_paths(out, spec)
+    if compress is None:
+        return packed if packed.is_file() else plain
+    return packed if compress else plain
+
+
+def read_record(path: Path) -> Any:
+    """The JSON content of the run record at ``path`` (``.json``, or ``.json.gz`` read with a size cap)."""
+    return read_json_gz(path, MAX_RECORD_BYTES) if path.name.endswith(".gz") else read_json(path)
 
 
 def load_record(out: Path, spec: RunSpec) -> dict[str, Any] | None:
-    """The stored record of ``spec`` if it exists and was made with the same configuration."""
+    """The stored record of ``spec`` (plain or compressed) if it exists, can be read and was made with the
+    same configuration."""
     path = record_path(out, spec)
     if not path.is_file():
         return None
     try:
-        rec = read_json(path)
+        rec = read_record(path)
     except (OSError, ValueError):
         return None
     return rec if isinstance(rec, dict) and rec.get("config_hash") == spec.config_hash else None
+
+
+def stored_runs(out: Path, runs: list[RunSpec]) -> list[RunSpec]:
+    """The runs among ``runs`` whose ``"ok"`` record with the same configuration is stored under ``out``
+    (what a bench there would skip)."""
+    return [r for r in runs if (rec := load_record(out, r)) is not None and rec.get("status") == "ok"]
+
+
+def _write_record(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool) -> None:
+    """Store ``rec`` as the one record of ``spec``: in the form asked for, the other form removed."""
+    target = record_path(out, spec, compress)
+    if compress:
+        atomic_write_bytes(target, gzip_json_bytes(rec))
+    else:
+        atomic_write_json(target, rec)
+    other = record_path(out, spec, not compress)
+    if other.is_file() or other.is_symlink():
+        other.unlink()
 
 
 def _previous_manifest(path: Path) -> dict[str, Any]:
@@ -133,7 +190,7 @@ def _check_replace(out: Path, manifest: dict[str, Any], preset: Preset, runs: li
     for spec in runs:
         path = record_path(out, spec)
         try:
-            rec = read_json(path) if path.is_file() else None
+            rec = read_record(path) if path.is_file() else None
         except (OSError, ValueError):
             continue
         ran = rec.get("spec") if isinstance(rec, dict) else None
@@ -163,9 +220,31 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+class _Deadline(Exception):
+    """The ``stop_after`` deadline passed: the runs in flight were stopped (they leave no record)."""
+
+
+def _remaining(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (a ``time.monotonic()`` value; ``None``: no deadline).
+
+    :raises _Deadline: it has passed.
+    """
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Deadline
+    return left
+
+
 def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
-               run: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = execute_runs) -> Iterator[dict[str, Any]]:
+               run: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = execute_runs,
+               deadline: float | None = None) -> Iterator[dict[str, Any]]:
     """Records of ``tasks`` (each a list of specs, run by ``run`` in a worker process), as they finish.
+
+    With a ``deadline`` (a ``time.monotonic()`` value) the stream ends there: tasks not started are
+    cancelled and those in flight are stopped, so they yield no record (:class:`_Deadline` is raised
+    to the caller after the workers are gone).
 
     Crash-isolated: a task that raises only fails itself (``run`` catches what a run raises), and a
     worker process that dies (killed by the kernel when out of memory, say) costs only the task it ran.
@@ -184,7 +263,7 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         pool = ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx, initializer=_init_worker)
         try:
             futures = {pool.submit(run, t): i for i, t in enumerate(batch)}
-            for fut in as_completed(futures):
+            for fut in _as_completed_by(futures, deadline):
                 i = futures[fut]
                 try:
                     records = fut.result()
@@ -211,6 +290,14 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         suspects = 0 if suspects else (min(workers + 1, len(unfinished)) if broken else 0)
 
 
+def _as_completed_by(futures: dict[Any, int], deadline: float | None) -> Iterator[Any]:
+    """``as_completed(futures)``, ending with :class:`_Deadline` when ``deadline`` passes first."""
+    try:
+        yield from as_completed(futures, timeout=_remaining(deadline))
+    except FuturesTimeout:
+        raise _Deadline from None
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Stop a pool at once: cancel what has not started and end the worker processes (left alone, a
     worker would finish its run, minutes maybe, after its parent is gone)."""
@@ -223,7 +310,8 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=10)
 
 
-def _run_ray(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[str, Any]]:
+def _run_ray(tasks: list[list[dict[str, Any]]], workers: int,
+             deadline: float | None = None) -> Iterator[dict[str, Any]]:
     ray = require_ray()
     started_here = False
     if not ray.is_initialized():
@@ -239,7 +327,14 @@ def _run_ray(tasks: list[list[dict[str, Any]]], workers: int) -> Iterator[dict[s
         refs = {remote.remote(t): t for t in tasks}
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                done, pending = ray.wait(pending, num_returns=1, timeout=_remaining(deadline))
+            except _Deadline:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                raise
+            if not done:  # the wait timed out at the deadline
+                continue
             for ref in done:
                 try:
                     yield from ray.get(ref)
@@ -280,6 +375,8 @@ def bench(
     device: str = "cpu",
     seed_batch: int = 1,
     replace_preset: bool = False,
+    compress: bool | None = None,
+    stop_after: float | None = None,
 ) -> BenchSummary:
     """Run every missing run of ``preset`` and store it under ``out`` (the report is built separately).
 
@@ -298,6 +395,12 @@ def bench(
         there (the other's manifest entry is kept under ``other_presets`` and its stored runs stay, so
         :func:`~tpo_gym.evaluation.report.select_report` can rebuild its report). Without it that is a
         :class:`PresetMismatch`, as is (always) a run that would overwrite another preset's stored run.
+    :param compress: store new records gzip-compressed (``runs/<run_id>.json.gz``, about 8x smaller: the
+        form committed to a repository). ``None`` (the default): as the last bench in ``out`` did (its
+        manifest's ``compress_records``), else plain JSON. Records of the other form are still read.
+    :param stop_after: minutes after which no run is started and the runs in flight are stopped, leaving no
+        record (a clean stop at a deadline: everything finished before it is stored, and the same call
+        goes on). The summary's ``stopped`` and ``left`` say whether it was reached and what is left.
     :raises PresetError: more runs than :data:`~tpo_gym.evaluation.presets.MAX_RUNS`.
     """
     device = check_device(device)
@@ -307,6 +410,12 @@ def bench(
         raise ValueError(f"workers must be >= 1, got {workers}")
     if isinstance(seed_batch, bool) or not isinstance(seed_batch, int) or seed_batch < 1:
         raise ValueError(f"seed_batch must be an int >= 1 (seeds trained together per process), got {seed_batch!r}")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int | float)
+                                   or not math.isfinite(stop_after) or stop_after <= 0):
+        raise ValueError(f"stop_after must be a positive number of minutes, got {stop_after!r}")
+    if compress is not None and not isinstance(compress, bool):
+        raise ValueError(f"compress must be True, False or None (as the last bench there), got {compress!r}")
+    deadline = None if stop_after is None else time.monotonic() + 60.0 * float(stop_after)
     n_seeds = preset.seeds if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {n_seeds}")
@@ -319,39 +428,54 @@ def bench(
     runs = preset.runs(n_seeds)
     _check_replace(out, manifest, preset, runs, replace_preset)
     manifest = switch_preset(manifest, preset.name)
+    if compress is None:
+        compress = manifest.get("compress_records") is True
     make_dirs(out / "runs")
     manifest.update(preset=preset.data, whole_preset=preset.whole_data, preset_source=preset.source, seeds=n_seeds,
                     command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device,
-                    seed_batch=seed_batch)
+                    seed_batch=seed_batch, compress_records=compress)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
-    todo = [r for r in runs if (rec := load_record(out, r)) is None or rec.get("status") != "ok"]
+    done = {r.run_id for r in stored_runs(out, runs)}
+    todo = [r for r in runs if r.run_id not in done]
     by_id = {r.run_id: r for r in todo}
     t0 = time.perf_counter()
     failed = 0
+    stopped = False
+    recorded: set[str] = set()
     if todo:
         from tqdm.auto import tqdm
 
         # long runs (kind "llm") checkpoint under OUT/checkpoints/<run_id>/ and resume from there
         specs = [{**r.to_dict(), "checkpoint_dir": str((out / "checkpoints" / r.run_id).resolve()),
                   "device": device} for r in todo]
-        stream = (_run_local if backend == "local" else _run_ray)(seed_batches(specs, seed_batch), workers)
+        tasks = seed_batches(specs, seed_batch)
+        stream = (_run_local(tasks, workers, deadline=deadline) if backend == "local"
+                  else _run_ray(tasks, workers, deadline=deadline))
         bar = tqdm(total=len(todo), desc=f"{preset.name} runs", unit="run", disable=not progress,
                    initial=0, dynamic_ncols=True)
-        for rec in stream:
-            spec = RunSpec.from_dict(rec["spec"])
-            rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
-            rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            atomic_write_json(record_path(out, by_id.get(spec.run_id, spec)), rec)
-            failed += rec["status"] != "ok"
-            bar.update(1)
-            bar.set_postfix(failed=failed)
-        bar.close()
+        try:
+            for rec in stream:
+                spec = RunSpec.from_dict(rec["spec"])
+                rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
+                rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                _write_record(out, by_id.get(spec.run_id, spec), rec, compress)
+                recorded.add(spec.run_id)
+                failed += rec["status"] != "ok"
+                bar.update(1)
+                bar.set_postfix(failed=failed)
+        except _Deadline:
+            stopped = True
+        finally:
+            bar.close()
     wall = time.perf_counter() - t0
+    left = len(todo) - len(recorded) + failed
+    executed = len(recorded) if stopped else len(todo)
     manifest["invocations"].append({"started": started, "wall_s": round(wall, 3), "runs": len(runs),
-                                    "executed": len(todo), "skipped": len(runs) - len(todo), "failed": failed,
+                                    "executed": executed, "skipped": len(runs) - len(todo), "failed": failed,
+                                    **({"stopped_at_deadline": True, "left": left} if stopped else {}),
                                     "git_commit": git_commit(), "versions": package_versions()})
     atomic_write_json(manifest_path, manifest)
-    return BenchSummary(out=out, total=len(runs), executed=len(todo), skipped=len(runs) - len(todo),
-                        failed=failed, wall_s=wall)
+    return BenchSummary(out=out, total=len(runs), executed=executed, skipped=len(runs) - len(todo),
+                        failed=failed, wall_s=wall, stopped=stopped, left=left)

@@ -1,6 +1,6 @@
 """Build the benchmark report of an output directory from its stored runs.
 
-``build_report(OUT)`` reads ``OUT/manifest.json`` and the stored runs -- ``OUT/runs/*.json`` (see
+``build_report(OUT)`` reads ``OUT/manifest.json`` and the stored runs -- ``OUT/runs/*.json`` or ``*.json.gz`` (see
 :mod:`tpo_gym.evaluation.runner`), or, for runs without a record there, their rows in
 ``OUT/results.jsonl`` -- and writes, atomically and readable by others:
 

@@ -10,7 +10,7 @@ from typing import Any
 from tpo_gym.evaluation._io import read_json
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
 from tpo_gym.evaluation.report.values import Cell
-from tpo_gym.evaluation.runner import load_record, record_path
+from tpo_gym.evaluation.runner import load_record, read_record, record_path
 
 
 class NoStoredRuns(FileNotFoundError):
@@ -83,7 +83,7 @@ def _unreadable(path: Path) -> bool:
     if not path.is_file():
         return False
     try:
-        return not isinstance(read_json(path), dict)
+        return not isinstance(read_record(path), dict)
     except (OSError, ValueError):
         return True
 
