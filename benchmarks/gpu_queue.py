@@ -6,13 +6,14 @@ through :data:`QUEUE` in order of value until a deadline:
 
 * each chunk is one ``tpo-gym bench --preset P ARGS --device D --out WORK/P`` under ``timeout`` (SIGTERM at
   the deadline: the finished runs are stored, the unfinished ones leave no record);
-* before each chunk the committed records of its preset (``RESULTS/P/runs/*.json``) are copied into
+* before each chunk the committed records of its preset (``RESULTS/P/runs/*.json`` or ``*.json.gz``) are copied into
   ``WORK/P/runs/``, so ``bench`` skips them: each window continues where the last one stopped;
 * at the end every *new* record (not a copied one) goes into ``OUT/runs-N.tar.gz`` (each under 16 MiB,
   split when needed), with the preset's manifest, and ``OUT/queue.txt`` says which chunks finished.
 
 ``gpu_queue.py unpack ARCHIVE ...`` puts the records of such archives into ``RESULTS/P/runs/`` (and the
-manifest where the preset has none yet); then ``tpo-gym report RESULTS/P``.
+manifest where the preset has none yet), compressed where that folder's manifest says its records are
+(``tpo-gym bench --compress``, the committed form); then ``tpo-gym report RESULTS/P``.
 
     python benchmarks/gpu_queue.py list [--queue FILE]
     python benchmarks/gpu_queue.py run --seconds 400 [--device cuda] [--queue FILE] [--out DIR] [--work DIR]
@@ -22,6 +23,7 @@ manifest where the preset has none yet); then ``tpo-gym report RESULTS/P``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import os
@@ -110,8 +112,11 @@ def parse_queue(text: str) -> list[Chunk]:
 
 
 def _records(folder: Path) -> dict[str, bytes]:
-    """``{file name: bytes}`` of the run records (``*.json``) in ``folder``."""
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json")) if p.is_file()} if folder.is_dir() else {}
+    """``{file name: bytes}`` of the run records (``*.json``, ``*.json.gz``) in ``folder``."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
+            if p.is_file() and p.name.endswith((".json", ".json.gz"))}
 
 
 def seed_committed(results: Path, work: Path, name: str) -> dict[str, bytes]:
@@ -253,10 +258,10 @@ def _read_archive(path: Path) -> Iterable[tuple[str, str, bytes]]:
             parts = info.name.split("/")
             ok = info.isfile() and all(_SAFE_NAME.match(p) for p in parts) and (
                 parts[1:] == ["manifest.json"] or (len(parts) == 3 and parts[1] == "runs"
-                                                   and parts[2].endswith(".json")))
+                                                   and parts[2].endswith((".json", ".json.gz"))))
             if not ok:
                 raise ValueError(f"{path}: unexpected member {info.name!r} (an archive of gpu_queue.py holds "
-                                 "PRESET/manifest.json and PRESET/runs/RUN.json files only)")
+                                 "PRESET/manifest.json and PRESET/runs/RUN.json(.gz) files only)")
             data = tar.extractfile(info).read()  # type: ignore[union-attr]
             yield parts[0], "/".join(parts[1:]), data
 
@@ -271,24 +276,38 @@ def unpack(archives: list[Path], results: Path) -> list[str]:
     :raises ValueError: a damaged archive or record.
     """
     written: dict[str, int] = {}
+    compressed: dict[str, bool] = {}
     lines = []
     manifests: dict[str, dict[str, Any]] = {}
     for archive in archives:
         for name, member, data in _read_archive(archive):
+            packed = member.endswith(".gz")
             try:
-                obj = json.loads(data)
-            except ValueError as exc:
+                text = gzip.decompress(data) if packed else data
+                obj = json.loads(text)
+            except (ValueError, OSError, EOFError, zlib.error) as exc:
                 raise ValueError(f"{archive}: {name}/{member} is not JSON ({exc})") from None
             if member == "manifest.json":
                 manifests[name] = obj
                 continue
-            if not isinstance(obj, dict) or obj.get("run_id") != member[len("runs/"):-len(".json")]:
+            run_id = member[len("runs/"):].removesuffix(".gz").removesuffix(".json")
+            if not isinstance(obj, dict) or obj.get("run_id") != run_id:
                 raise ValueError(f"{archive}: {name}/{member} is not a run record of that run")
             if obj.get("status") != "ok":
                 last = (obj.get("traceback") or "").strip().splitlines()[-1:] or ["no traceback"]
                 lines.append(f"not unpacked, failed: {name}/{member}: {last[0]}")
                 continue
-            atomic_write_bytes(make_dirs(results / name / "runs") / Path(member).name, data)
+            runs = make_dirs(results / name / "runs")
+            compress = _compressed_results(results / name) if name not in compressed else compressed[name]
+            compressed[name] = compress
+            plain, gz = runs / f"{run_id}.json", runs / f"{run_id}.json.gz"
+            if compress:
+                atomic_write_bytes(gz, data if packed else gzip.compress(text, compresslevel=9, mtime=0))
+            else:
+                atomic_write_bytes(plain, text)
+            stale = plain if compress else gz
+            if stale.is_file():
+                stale.unlink()
             written[name] = written.get(name, 0) + 1
     for name, manifest in manifests.items():
         path = results / name / "manifest.json"
@@ -306,6 +325,15 @@ def unpack(archives: list[Path], results: Path) -> list[str]:
         lines.insert(0, f"{count} record(s) -> {results / name / 'runs'}; next: tpo-gym report {results / name} "
                         "(--seeds N / --settings A,B to widen the report's selection)")
     return lines
+
+
+def _compressed_results(folder: Path) -> bool:
+    """Whether the committed records in ``folder`` are stored compressed (its manifest's ``compress_records``)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("compress_records") is True
 
 
 def main(argv: list[str] | None = None) -> int:

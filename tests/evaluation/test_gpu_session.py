@@ -205,3 +205,27 @@ def test_device_checks_pass_on_the_cpu_and_catch_a_different_model(monkeypatch: 
     monkeypatch.setattr(checks, "BATCHED", ())
     rows = checks.run_checks("cpu")
     assert len(rows) == 1 and not rows[0]["ok"] and rows[0]["logits"] > checks.TOLERANCE["logits"], rows
+
+
+def test_compressed_committed_records_are_seeded_and_unpacked_compressed(tmp_path: Path, gq: ModuleType) -> None:
+    """Committed records are ``.json.gz`` (``tpo-gym bench --compress``): a window copies them into its work
+    folder (so its bench skips them) and ``unpack`` stores the new ones compressed too, as the results
+    folder's manifest says, with no plain copy beside them."""
+    import gzip
+
+    results = tmp_path / "results" / "p"
+    (results / "runs").mkdir(parents=True)
+    (results / "manifest.json").write_text(json.dumps({"compress_records": True, "invocations": []}))
+    old = {"run_id": "r0", "status": "ok", "rows": [{"step": 0, "error": 1.0}]}
+    (results / "runs" / "r0.json.gz").write_bytes(gzip.compress(json.dumps(old).encode(), mtime=0))
+    committed = gq.seed_committed(tmp_path / "results", tmp_path / "work", "p")
+    assert sorted(committed) == ["r0.json.gz"] and (tmp_path / "work" / "p" / "runs" / "r0.json.gz").is_file()
+    new = {"run_id": "r1", "status": "ok", "rows": [{"step": 0, "error": 0.5}]}
+    (tmp_path / "work" / "p" / "runs" / "r1.json").write_text(json.dumps(new))
+    records = gq.new_records(tmp_path / "work", "p", committed)
+    assert sorted(records) == ["r1.json"]
+    (tmp_path / "out").mkdir()
+    paths = gq.pack({"p": records}, {}, tmp_path / "out")
+    gq.unpack(paths, tmp_path / "results")
+    assert sorted(p.name for p in (results / "runs").iterdir()) == ["r0.json.gz", "r1.json.gz"]
+    assert json.loads(gzip.decompress((results / "runs" / "r1.json.gz").read_bytes())) == new
