@@ -87,11 +87,12 @@ def test_terminal_reward_error_is_exact_match_error() -> None:
 def test_callbacks_fire_and_eval_writes_npz(tmp_path: Path) -> None:
     model = TPO("MlpPolicy", bandit_env(), batch_size=10, seed=0)
     count = _Count()
-    eval_cb = EvalCallback(Monitor(bandit_env()), eval_freq=2, n_eval_episodes=3, log_path=str(tmp_path), verbose=0)
-    ckpt = CheckpointCallback(save_freq=2, save_path=str(tmp_path / "ckpt"), name_prefix="tpo")
+    # frequencies in env steps, as with SB3's agents: on_step once per env step (one env), 10 per iteration
+    eval_cb = EvalCallback(Monitor(bandit_env()), eval_freq=20, n_eval_episodes=3, log_path=str(tmp_path), verbose=0)
+    ckpt = CheckpointCallback(save_freq=20, save_path=str(tmp_path / "ckpt"), name_prefix="tpo")
     model.learn(4 * model.steps_per_iteration, callback=[count, eval_cb, ckpt])
     assert count.events[0] == "start" and count.events[-1] == "end"
-    assert count.events.count("step") == 4 and count.events.count("rollout_end") == 4
+    assert count.events.count("step") == 40 and count.events.count("rollout_end") == 4
     data = np.load(tmp_path / "evaluations.npz")
     assert data["results"].shape == (2, 3)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["tpo_20_steps.zip", "tpo_40_steps.zip"]
@@ -101,7 +102,7 @@ def test_callbacks_fire_and_eval_writes_npz(tmp_path: Path) -> None:
 def test_stop_on_reward_threshold() -> None:
     model = TPO("MlpPolicy", bandit_env(n_arms=4), batch_size=10, learning_rate=1e-2, seed=0)
     stop = StopTrainingOnRewardThreshold(reward_threshold=0.9, verbose=0)
-    eval_cb = EvalCallback(Monitor(bandit_env(n_arms=4)), callback_on_new_best=stop, eval_freq=1, n_eval_episodes=5)
+    eval_cb = EvalCallback(Monitor(bandit_env(n_arms=4)), callback_on_new_best=stop, eval_freq=10, n_eval_episodes=5)
     model.learn(500 * model.steps_per_iteration, callback=eval_cb)
     assert 1 <= len(model.history) < 500
 
@@ -194,8 +195,10 @@ class _Prompts(BaseCallback):
         super().__init__()
         self.prompts: list[np.ndarray] = []
 
-    def _on_step(self) -> bool:
+    def _on_rollout_end(self) -> None:  # once per iteration (on_step: once per env step)
         self.prompts.append(self.model.rollout_batch.obs[:, 0].cpu().numpy().copy())
+
+    def _on_step(self) -> bool:
         return True
 
 

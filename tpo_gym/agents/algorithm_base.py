@@ -257,17 +257,35 @@ class AlgorithmBase(BaseAlgorithm):
         return self.device
 
     @property
-    def steps_per_iteration(self) -> int:
-        """Env timesteps one iteration consumes: rollouts x episode length.
-
-        Exact for fixed-length envs (every tpo_gym env: token tasks H, bandits and MNIST 1), so
-        ``learn(total_timesteps=n * model.steps_per_iteration)`` runs exactly ``n`` iterations. For
-        other envs it is the upper bound ``n_rollouts * max_episode_steps``. Scored candidates are
-        not env steps.
-        """
+    def fixed_steps_per_iteration(self) -> int | None:
+        """Env steps every iteration takes, ``n_rollouts x horizon``, on a fixed-length env; ``None`` where episodes
+        vary in length (an env bounded by its ``max_episode_steps``, such as CartPole)."""
         if self._text:
             return self.n_rollouts  # one-step episodes: one completion, one env step
-        return self.n_rollouts * self.get_rollout_env().horizon
+        env = self.get_rollout_env()
+        return self.n_rollouts * env.horizon if env.fixed_length else None
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Env timesteps one iteration takes (``num_timesteps`` counts the steps actually taken).
+
+        Fixed-length envs (every tpo_gym env: token tasks H, bandits and MNIST 1): ``n_rollouts x H``, so
+        ``learn(total_timesteps=n * model.steps_per_iteration)`` runs exactly ``n`` iterations. Envs whose
+        episodes vary (CartPole: an episode ends when the pole falls) have no such number: it is then the
+        steps the last iteration of ``history`` took (they grow as the policy improves), and before the
+        first iteration it raises ``ValueError``. Scored candidates are not env steps.
+        """
+        fixed = self.fixed_steps_per_iteration
+        if fixed is not None:
+            return fixed
+        if not self.history:
+            name = self._source.spec.id if self._source is not None and self._source.spec is not None else "this env"
+            raise ValueError(
+                f"steps_per_iteration: the episodes of {name} vary in length (up to {self.get_rollout_env().horizon} "
+                "steps), so an iteration's env steps are known only once it ran; give learn() total_timesteps in env "
+                "steps (it stops at the first iteration that reaches them, as SB3 does)")
+        previous = self.history[-2]["num_timesteps"] if len(self.history) > 1 else 0
+        return int(self.history[-1]["num_timesteps"] - previous)
 
     # ------------------------------------------------------------------------------------------
     # model

@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.utils import safe_mean
 
 from tpo_gym._validation import check_bool, check_int
 from tpo_gym.agents import grouping as groups
@@ -35,7 +36,12 @@ from tpo_gym.agents.algorithm_base import BUDGETS, LEVELS, AlgorithmBase
 from tpo_gym.agents.grouping import Grouping
 from tpo_gym.agents.lm import TextBatch
 from tpo_gym.agents.sampling import RolloutBatch, collect_rollouts
-from tpo_gym.agents.sb3_conventions import IterationProgressBar, complete_signature, count_progress_by_steps
+from tpo_gym.agents.sb3_conventions import (
+    IterationProgressBar,
+    complete_signature,
+    count_progress_by_steps,
+    step_order,
+)
 from tpo_gym.agents.text_rollouts import collect_text_rollouts
 from tpo_gym.agents.update import Update, accumulate_text_gradients, resolve_records, run_epochs
 
@@ -48,9 +54,10 @@ RENAMED_HOOKS = {
     "_grouping": "choose_grouping", "_needs_reference": "needs_reference", "_begin_update": "begin_update",
     "_train_update": "train (or compute_loss)", "_accumulate_text_gradients": "compute_loss / token_penalty",
     "_resolve_env": "set_env", "_settings": "nothing (persistence.agent_settings reads the constructor)",
-    "_record_iteration": "record_iteration", "_episode_means": "episode_means", "_iteration_seed": "rollout_seed",
+    "_record_iteration": "record_iteration", "_episode_means": "episode_infos", "_iteration_seed": "rollout_seed",
     "_get_rollout_env": "get_rollout_env", "_rollout_device": "rollout_device", "_learn": "learn",
     "_save_language_model": "save", "_trained_parameters": "begin_update",
+    "episode_means": "episode_infos (rollout/ep_*_mean are read from ep_info_buffer, as in SB3)",
 }
 SelfGroupAlgorithm = TypeVar("SelfGroupAlgorithm", bound="GroupAlgorithm")
 
@@ -82,7 +89,8 @@ class GroupAlgorithm(AlgorithmBase):
     :param n_threads: torch CPU threads during ``learn`` (restored afterwards). Default 1: these models
         are tiny, and one thread is fastest (more threads only add OpenMP synchronisation, which
         is many times slower on a busy machine). ``None`` keeps torch's setting.
-    :param stats_window_size: SB3 window of the episode statistics.
+    :param stats_window_size: SB3's window of the episode statistics: ``rollout/ep_rew_mean`` and
+        ``rollout/ep_len_mean`` are means over the last ``stats_window_size`` episodes (``ep_info_buffer``).
     :param tensorboard_log: tensorboard log dir, or ``None``.
     :param policy_kwargs: keyword arguments of the policy (``net_arch``, ``optimizer_class``,
         ``optimizer_kwargs``, ``d_model``, ...).
@@ -274,13 +282,21 @@ class GroupAlgorithm(AlgorithmBase):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfGroupAlgorithm:
-        """Train for ``total_timesteps`` env steps (``n`` iterations: ``n * steps_per_iteration``).
+        """Train until ``num_timesteps``, the env steps actually taken, reaches ``total_timesteps``.
 
-        Callbacks: ``on_step`` is called once per iteration, after the rollouts and before the update
-        (so ``eval_freq`` / ``save_freq`` of SB3 callbacks count iterations); returning ``False`` stops.
-        Calling ``learn`` again continues with fresh rollouts (the rollout seeds go on, as SB3's
-        agents keep their env and RNG); ``reset_num_timesteps=True`` restarts the step count and
-        ``history`` only.
+        As SB3's ``learn`` stops at a rollout's end, this one stops at the end of the first iteration whose
+        steps bring ``num_timesteps`` to ``total_timesteps`` or past it. On fixed-length envs (every tpo_gym env)
+        an iteration takes exactly ``steps_per_iteration`` steps, so ``n * steps_per_iteration`` is ``n``
+        iterations; on an env whose episodes vary (CartPole) an iteration takes as many steps as its episodes
+        last (``history[i]["num_timesteps"]``).
+
+        Callbacks see SB3's counts: ``on_step`` once per ``n_envs`` env steps (``n_envs`` is 1 for one env),
+        replayed after the rollout and before the update (:meth:`after_rollout`), so ``eval_freq`` /
+        ``save_freq`` of SB3 callbacks count env steps as with SB3's own agents; returning ``False`` stops.
+        ``ep_info_buffer`` gets every episode rolled out (``rollout/ep_rew_mean`` is its mean, as in SB3).
+
+        Calling ``learn`` again continues with fresh rollouts (the rollout seeds go on, as SB3's agents keep
+        their env and RNG); ``reset_num_timesteps=True`` restarts the step count and ``history`` only.
 
         :param total_timesteps: env steps to train for (an int, or an integral float such as ``1e5``).
         :param callback: SB3 callback(s).
@@ -325,45 +341,93 @@ class GroupAlgorithm(AlgorithmBase):
         return total_timesteps, callback
 
     def after_rollout(self, batch: RolloutBatch | TextBatch, callback: BaseCallback, total_timesteps: int) -> bool:
-        """Take ``batch`` as the iteration's rollouts: count its steps, call ``on_step`` (``False``: stop, returned
-        at once) and ``on_rollout_end``, and move the progress the learning-rate schedule reads."""
+        """Take ``batch`` as the iteration's rollouts: count its env steps and call ``on_step`` for them as SB3
+        does (``False``: stop, returned at once), fill ``ep_info_buffer``, call ``on_rollout_end`` and move the
+        progress the learning-rate schedule reads.
+
+        SB3 calls ``on_step`` once per ``env.step()`` of its ``n_envs`` envs, after ``num_timesteps += n_envs``.
+        The rollout ran whole before this (the policy does not change within it), so its ``batch.n_steps`` env
+        steps are replayed in the order they were taken
+        (:func:`~tpo_gym.agents.sb3_conventions.step_order`): one ``on_step`` per ``n_envs`` of them (the
+        last call may cover fewer), ``num_timesteps`` at each call counting the steps up to it, and the locals
+        ``dones`` / ``infos`` (``[n_envs]``) marking the episodes that end there, with SB3 ``Monitor``'s
+        ``{"episode": {"r", "l", "t"}}``. So ``n_calls * n_envs`` is ``num_timesteps`` (rounded up per
+        iteration), and ``EvalCallback(eval_freq=N)`` / ``CheckpointCallback(save_freq=N)`` with one env fire
+        every N env steps. An env step is one step of one episode: candidates scored at a state are not
+        steps (one is taken), a one-step episode (bandit, MNIST, one text completion) is one step. Stopped by
+        a callback, ``num_timesteps`` still counts the whole rollout (its steps were taken).
+        """
         self.rollout_batch = batch
-        self.num_timesteps += batch.n_steps
+        if isinstance(batch, TextBatch) or batch.step_mask is None:  # every episode as long as the batch: no read-back
+            lengths = np.full(len(batch.returns), 1 if isinstance(batch, TextBatch) else batch.obs.shape[1], np.int64)
+        else:
+            lengths = batch.lengths.cpu().numpy()
+        episodes = self.episode_infos(batch, lengths)
+        start, n_envs = self.num_timesteps, max(int(getattr(self, "n_envs", 1)), 1)
+        end = start + int(lengths.sum())
+        ends, which = step_order(lengths)
         callback.update_locals(locals())
-        if not callback.on_step():
-            return False
+        n_calls, ended = -(-(end - start) // n_envs), 0
+        if type(callback) is ConvertCallback and callback.callback is None:  # no callback: the counts only
+            callback.n_calls, callback.num_timesteps, ended, n_calls = callback.n_calls + n_calls, end, len(ends), 0
+        for call in range(n_calls):
+            self.num_timesteps = stop = min(start + (call + 1) * n_envs, end)
+            dones, infos = np.zeros(n_envs, np.bool_), [{} for _ in range(n_envs)]
+            first = ended
+            while ended < len(ends) and start + ends[ended] < stop:
+                k = int(ends[ended]) - call * n_envs
+                dones[k], infos[k] = True, episodes[int(which[ended])]
+                ended += 1
+            callback.update_locals({"dones": dones, "infos": infos})
+            if not callback.on_step():
+                self.num_timesteps = end
+                self.fill_info_buffer([episodes[i] for i in sorted(which[:first])])
+                return False
+        self.num_timesteps = end
+        self.fill_info_buffer([episodes[i] for i in sorted(which[:ended])])
         callback.on_rollout_end()
         self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
         return True
 
-    @staticmethod
-    def episode_means(batch: RolloutBatch | TextBatch) -> dict[str, Any]:
-        """The batch's mean return and length for SB3's ``rollout/ep_*_mean`` (tensors, resolved with the record)."""
-        return {"ep_rew_mean": batch.returns.float().mean(), "ep_len_mean": batch.lengths.float().mean()}
+    def episode_infos(self, batch: RolloutBatch | TextBatch, lengths: np.ndarray) -> list[dict[str, Any]]:
+        """Each episode's info at its end as SB3 reads it: the env's ``"episode"`` entry (a ``Monitor`` or
+        ``RecordEpisodeStatistics`` the rollouts kept) and ``"is_success"``, else the episode as SB3's own
+        ``Monitor`` records it: ``{"episode": {"r": return, "l": env steps, "t": seconds since learn began}}``.
+        """
+        returns = batch.returns.float().cpu().numpy()
+        given = getattr(batch, "end_infos", None) or [{}] * len(lengths)
+        t = round((time.time_ns() - self.start_time) / 1e9, 6)
+        return [info if "episode" in info else {**info, "episode": {"r": float(r), "l": int(n), "t": t}}
+                for info, r, n in zip(given, returns, lengths, strict=True)]
 
-    def record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, Any], log_interval: int,
-                         episode: dict[str, Any] | None = None) -> None:
+    def fill_info_buffer(self, infos: list[dict[str, Any]]) -> None:
+        """SB3's ``_update_info_buffer`` for the episodes of ``infos`` (``ep_info_buffer``, ``ep_success_buffer``),
+        in rollout order: the window of the last ``stats_window_size`` episodes does not favour long ones."""
+        self._update_info_buffer(infos, np.ones(len(infos), np.bool_))
+
+    def record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, Any], log_interval: int) -> None:
         """Append the iteration's record to ``history``, log it, dump the logs every ``log_interval``.
 
         Tensor values of ``stats`` (diagnostics computed on the device) are read back here, all at once
         (:func:`~tpo_gym.agents.update.resolve_records`; a :class:`~tpo_gym.agents.SeedBatch` resolves every
-        seed's in one go and passes ``episode``).
+        seed's in one go before).
         """
-        if episode is None:
-            episode = self.episode_means(batch)
-            resolve_records([stats, episode])
+        resolve_records([stats])
         record = {"iteration": self._iteration, "num_timesteps": self.num_timesteps, "error": batch.error, **stats}
         self.history.append(record)
         self._iteration += 1
-        self._log(record, batch, episode)
+        self._log(record, batch)
         if self._iteration % log_interval == 0:
             self.logger.dump(step=self.num_timesteps)
 
-    def _log(self, record: dict[str, float], batch: RolloutBatch | TextBatch, episode: dict[str, float]) -> None:
+    def _log(self, record: dict[str, float], batch: RolloutBatch | TextBatch) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
         self.logger.record("rollout/error", record["error"])
-        self.logger.record("rollout/ep_rew_mean", episode["ep_rew_mean"])
-        self.logger.record("rollout/ep_len_mean", episode["ep_len_mean"])
+        if self.ep_info_buffer:  # SB3's dump_logs: the last stats_window_size episodes
+            self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
+        if self.ep_success_buffer:
+            self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
         for key, value in record.items():
             if key not in ("iteration", "num_timesteps", "error"):
                 self.logger.record(f"train/{key}", value)

@@ -38,6 +38,7 @@ import torch
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.agents.sb3_conventions import episode_entries
 from tpo_gym.envs.group import GroupVectorEnv, group_reset
 
 __all__ = [
@@ -122,6 +123,8 @@ class RolloutEnv:
     :param reward_credit: the env's ``reward_credit``: ``"step"`` (per-step rewards are the per-step
         credit) or ``"episode"`` (every step is credited with the episode's reward: the terminal task).
     :param on_device: the venv is a native env's on-device tensor form (see :func:`make_rollout_env`).
+    :param fixed_length: every episode lasts ``horizon`` steps; ``False`` for an env bounded by ``max_episode_steps``
+        (CartPole), whose episodes vary in length.
     """
 
     venv: gym.vector.VectorEnv
@@ -130,6 +133,7 @@ class RolloutEnv:
     reward_credit: str = "step"
     #: True for an on-device tensor env (``TokenTaskTensorEnv``, ``MNISTBanditTensorEnv``): rollouts stay on its device.
     on_device: bool = False
+    fixed_length: bool = True
 
     @property
     def num_envs(self) -> int:
@@ -197,6 +201,7 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
         max_steps = getattr(getattr(source.env_fn(), "spec", None), "max_episode_steps", None)
     else:
         raise ValueError("need an env spec or an env factory to build the rollout env")
+    fixed_length = max_steps is None
     if max_steps is None:  # a fixed-length env without a registered bound (e.g. a wrapped token task)
         try:
             max_steps = _probe_horizon(venv, _MAX_SYNC_PROBE_STEPS)
@@ -206,7 +211,7 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
                 "max_episode_steps or wrap it in gymnasium.wrappers.TimeLimit"
             ) from None
     first = venv.envs[0].unwrapped if hasattr(venv, "envs") else None
-    return RolloutEnv(venv, False, int(max_steps), _reward_credit(first))
+    return RolloutEnv(venv, False, int(max_steps), _reward_credit(first), fixed_length=fixed_length)
 
 
 def copy_factory(env: gym.Env[Any, Any]) -> Callable[[], gym.Env[Any, Any]]:
@@ -247,8 +252,10 @@ class RolloutBatch:
     :param returns: ``float32 [N]`` undiscounted episode returns.
     :param lengths: ``int64 [N]`` episode lengths.
     :param error: the training error over these rollouts (see :func:`collect_rollouts`).
-    :param n_steps: env steps taken (sum of ``lengths``).
+    :param n_steps: env steps taken (sum of ``lengths``; steps of sub-envs past their episode are not counted).
     :param reward_credit: the env's ``reward_credit`` (``"step"`` or ``"episode"``).
+    :param end_infos: per rollout, the ``"episode"`` (``Monitor``, ``RecordEpisodeStatistics``) and ``"is_success"``
+        entries of the info that ended its episode, or ``None`` when the env gave none.
     """
 
     obs: torch.Tensor
@@ -265,6 +272,7 @@ class RolloutBatch:
     error: float
     n_steps: int
     reward_credit: str = "step"
+    end_infos: list[dict[str, Any]] | None = None
 
     def credited_rewards(self) -> torch.Tensor:
         r"""Per-position rewards for the single-sample methods, ``[N, T]``.
@@ -337,6 +345,7 @@ def collect_rollouts(
     all_actions = np.broadcast_to(np.arange(n_actions, dtype=np.int64), (n, n_actions)) if score_all_actions else None
     ep_score = np.full(n, np.nan)
     ep_error = np.full(n, np.nan)
+    end_infos: list[dict[str, Any]] | None = None
     alive = np.ones(n, dtype=np.bool_)
     steps = horizon
     policy.set_training_mode(False)
@@ -363,6 +372,8 @@ def collect_rollouts(
                 if key in info:
                     got = done & np.asarray(info.get("_" + key, np.ones(n, np.bool_)))
                     buf[got] = np.asarray(info[key], dtype=np.float64)[got]
+            if "episode" in info or "is_success" in info:
+                end_infos = episode_entries(info, done, end_infos)
         alive &= ~done
         if not alive.any():
             steps = t + 1
@@ -391,7 +402,9 @@ def collect_rollouts(
         error=error,
         n_steps=int(lengths.sum()),
         reward_credit=env.reward_credit,
+        end_infos=end_infos,
     )
+
 
 
 def _collect_on_device(

@@ -1,11 +1,17 @@
-"""Two Stable-Baselines3 conventions the agents keep: full signatures with their ``:param:`` lines, and a progress
-bar over env steps.
+"""Stable-Baselines3 conventions the agents keep: full signatures with their ``:param:`` lines, the env steps of an
+iteration as SB3's callbacks count them, and a progress bar over env steps.
 
 SB3's algorithm classes spell out every constructor argument; tpo-gym's subclasses take their own arguments and
 forward the rest, so :func:`complete_signature` gives each class the full signature and appends the ``:param:``
-lines of the arguments it inherits. SB3's ``ProgressBarCallback`` advances once per env step; tpo-gym's agents
-call ``on_step`` once per iteration, so :func:`count_progress_by_steps` makes the bar advance by the env steps
-each iteration took.
+lines of the arguments it inherits.
+
+SB3 calls ``callback.on_step()`` once per ``env.step()`` of its ``n_envs`` envs (``num_timesteps`` grows by
+``n_envs`` per call), and fills ``ep_info_buffer`` from the ``"episode"`` infos of ``Monitor``. tpo-gym's agents
+roll out a whole iteration first (B or B*K episodes side by side), then replay its env steps to the callbacks in
+the order they were taken (:func:`step_order`; :meth:`~tpo_gym.agents.base.GroupAlgorithm.after_rollout`), and
+read the ``Monitor`` / ``RecordEpisodeStatistics`` entries of the rollout's infos with :func:`episode_entries`.
+The progress bar (:func:`count_progress_by_steps`) reads ``num_timesteps`` rather than adding ``n_envs`` per call,
+so it stays exact when an iteration's last call covers fewer than ``n_envs`` steps.
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 
-__all__ = ["IterationProgressBar", "count_progress_by_steps", "param_blocks", "complete_signature"]
+__all__ = ["IterationProgressBar", "count_progress_by_steps", "step_order", "episode_entries", "param_blocks",
+           "complete_signature"]
 
 
 class IterationProgressBar(ProgressBarCallback):
-    """SB3's progress bar counting env steps per iteration (``on_step`` runs once per iteration here)."""
+    """SB3's progress bar, set to the model's ``num_timesteps`` at each ``on_step`` (exact at every call)."""
 
     def _on_training_start(self) -> None:
         self._start = self.model.num_timesteps
@@ -35,7 +43,7 @@ class IterationProgressBar(ProgressBarCallback):
 
 
 def count_progress_by_steps(callback: BaseCallback) -> None:
-    """Make SB3 ``ProgressBarCallback`` instances (also inside lists) count env steps per iteration.
+    """Make SB3 ``ProgressBarCallback`` instances (also inside lists) follow ``num_timesteps``.
 
     The instance keeps its identity (its class becomes :class:`IterationProgressBar`, which only
     changes how ``_on_step`` advances the bar), so a caller holding it can still read ``pbar``.
@@ -45,6 +53,49 @@ def count_progress_by_steps(callback: BaseCallback) -> None:
     elif isinstance(callback, CallbackList):
         for inner in callback.callbacks:
             count_progress_by_steps(inner)
+
+
+def step_order(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where N episodes rolled out side by side end, in the order their ``sum(lengths)`` env steps were taken.
+
+    The steps are taken time step by time step, sub-env by sub-env (step ``t`` of every episode still running,
+    in sub-env order, then step ``t + 1``), as a vector env steps them. Returns ``(ends, episodes)``: the 0-based
+    positions of the episodes' last steps in that order (ascending) and the index of the episode ending there.
+
+    :param lengths: ``int [N]`` env steps of each episode (>= 1).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    t = np.arange(int(lengths.max(initial=0)))[:, None]
+    taken = t < lengths[None, :]  # [T, N], time-major like the vector env's steps
+    last = (t == lengths[None, :] - 1)[taken]
+    return np.flatnonzero(last), np.nonzero(taken)[1][last]
+
+
+def episode_entries(info: dict[str, Any], done: np.ndarray, entries: list[dict[str, Any]] | None
+                    ) -> list[dict[str, Any]]:
+    """Add the ``"episode"`` / ``"is_success"`` entries of a vector env's ``info`` for the sub-envs in ``done``.
+
+    Gymnasium's vector envs give them as arrays with ``"_key"`` masks (``info["episode"]["r"][i]``), as SB3's
+    ``Monitor`` and Gymnasium's ``RecordEpisodeStatistics`` inside a ``SyncVectorEnv`` both do; ``entries[i]``
+    gets sub-env ``i``'s as SB3's ``Monitor`` writes them (``{"episode": {"r": .., "l": .., "t": ..}}``).
+
+    :param info: the vector env's ``info`` of one step.
+    :param done: ``bool [num_envs]`` sub-envs whose (first) episode ended at this step.
+    :param entries: the entries so far (``None``: none yet).
+    """
+    n = len(done)
+    entries = [{} for _ in range(n)] if entries is None else entries
+    for key in ("episode", "is_success"):
+        if key not in info:
+            continue
+        got = done & np.asarray(info.get("_" + key, np.ones(n, np.bool_)), dtype=np.bool_)
+        value = info[key]
+        for i in np.flatnonzero(got):
+            if key == "episode":
+                entries[i][key] = {k: np.asarray(v)[i].item() for k, v in value.items() if not k.startswith("_")}
+            else:
+                entries[i][key] = np.asarray(value)[i].item()
+    return entries
 
 
 def param_blocks(doc: str) -> dict[str, str]:

@@ -89,7 +89,8 @@ class SeedBatch:
     """Train S agents that differ only in their seed together (module docstring).
 
     :param agents: S >= 1 agents of one class, with policies of one class and parameter shapes,
-        the same ``n_epochs``, ``max_grad_norm``, ``steps_per_iteration`` and device; not text policies.
+        the same ``n_epochs``, ``max_grad_norm``, ``n_rollouts``, ``steps_per_iteration`` (on fixed-length envs)
+        and device; not text policies.
     :param forward: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
     :param optimizer: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
     :param rollout: ``"auto"`` (default), ``"loop"`` or ``"stacked"``.
@@ -114,9 +115,10 @@ class SeedBatch:
             shapes = [(n, tuple(p.shape)) for n, p in a.policy.named_parameters()]
             if shapes != [(n, tuple(p.shape)) for n, p in first.policy.named_parameters()]:
                 raise ValueError("SeedBatch needs policies with the same parameters (names and shapes)")
-            for attr in ("n_epochs", "max_grad_norm", "steps_per_iteration"):
+            for attr in ("n_epochs", "max_grad_norm", "fixed_steps_per_iteration", "n_rollouts"):
                 if getattr(a, attr) != getattr(first, attr):
-                    raise ValueError(f"SeedBatch needs one {attr} for every seed; got {getattr(first, attr)} "
+                    name = "steps_per_iteration" if attr == "fixed_steps_per_iteration" else attr
+                    raise ValueError(f"SeedBatch needs one {name} for every seed; got {getattr(first, attr)} "
                                      f"and {getattr(a, attr)}")
             if a.device != first.device:
                 raise ValueError(f"SeedBatch needs every agent on one device; got {first.device} and {a.device}")
@@ -294,11 +296,15 @@ class SeedBatch:
               reset_num_timesteps: bool = True, progress_bar: bool = False) -> SeedBatch:
         """Train every seed for ``total_timesteps`` env steps, as each agent's ``learn`` would.
 
+        Every seed runs the same iterations: the batch stops at the end of the first iteration in which a seed's
+        ``num_timesteps`` reaches ``total_timesteps`` (on fixed-length envs, all at once; where episodes vary,
+        the others may have taken fewer steps). Each seed's callbacks see its own env steps, as in its ``learn``.
+
         :param total_timesteps: env steps per seed (``n * steps_per_iteration`` runs ``n`` iterations).
         :param callback: ``None`` or one SB3 callback (or list) per seed.
         :param log_interval: dump each seed's logs every ``log_interval`` iterations.
         :param reset_num_timesteps: restart each seed's step count and ``history``.
-        :param progress_bar: one tqdm bar over the iterations of the batch.
+        :param progress_bar: one tqdm bar over the iterations of the batch (no total where episodes vary).
         :return: self (each seed's ``history`` holds its records).
         """
         total_timesteps = check_int("total_timesteps", total_timesteps, 0, allow_integral_float=True)
@@ -317,7 +323,8 @@ class SeedBatch:
         from tqdm.auto import tqdm
 
         first = self.agents[0]
-        n_iter = max(0, math.ceil((set_up[0][0] - first.num_timesteps) / first.steps_per_iteration))
+        fixed = first.fixed_steps_per_iteration  # iterations to go, where known (None: episodes vary in length)
+        n_iter = None if fixed is None else max(0, math.ceil((set_up[0][0] - first.num_timesteps) / fixed))
         bar = tqdm(total=n_iter, desc=f"{type(first).__name__} x {self.n_seeds} seeds", unit="it",
                    disable=not progress_bar, dynamic_ncols=True)
         self._memory_checked = False
@@ -335,10 +342,9 @@ class SeedBatch:
                     break
                 with deferred_checks():  # the objectives' value checks of all seeds, read back at once
                     all_stats = self._train()
-                episodes = [a.episode_means(a.rollout_batch) for a in self.agents]
-                resolve_records(all_stats + episodes)  # every seed's diagnostics in one read-back
-                for a, stats, episode in zip(self.agents, all_stats, episodes, strict=True):
-                    a.record_iteration(a.rollout_batch, stats, log_interval, episode)
+                resolve_records(all_stats)  # every seed's diagnostics in one read-back
+                for a, stats in zip(self.agents, all_stats, strict=True):
+                    a.record_iteration(a.rollout_batch, stats, log_interval)
                 bar.update(1)
         finally:
             bar.close()
