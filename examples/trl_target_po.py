@@ -116,6 +116,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         (out / f"rank{rank['rank']}.json").write_text(json.dumps(rank))
     if trainer.accelerator.is_main_process:
         print(json.dumps(summary))
+    if torch.distributed.is_initialized():
+        # Under torchrun: every rank is done before the process group goes, and it goes before the interpreter
+        # exits (a gloo group left to interpreter teardown can abort a rank: "terminate called without an active
+        # exception", exit -6, after the training itself finished).
+        trainer.accelerator.wait_for_everyone()
+        trainer.accelerator.end_training()
     return summary
 
 
