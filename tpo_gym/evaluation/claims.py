@@ -42,7 +42,14 @@ from tpo_gym.evaluation import metrics as M
 __all__ = ["HOLDS", "FAILS", "PARTLY", "UNTESTED", "Stat", "Verdict", "check_metric", "claim_methods",
            "evaluate_claim", "higher_is_better", "mentioned_methods", "metric_label"]
 
-HOLDS, FAILS, PARTLY, UNTESTED = "holds", "does not hold", "holds where tested", "not tested here"
+#: A claim's status: every check of it holds on this run's numbers.
+HOLDS = "holds"
+#: A claim's status: a check of it fails.
+FAILS = "does not hold"
+#: A claim's status: the checks that could be made hold, others could not be made (missing methods or settings).
+PARTLY = "holds where tested"
+#: A claim's status: no check of it could be made on this run.
+UNTESTED = "not tested here"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,15 @@ __all__ = [
 #: The metric types of a preset or claim (``{"type": ...}``), the one vocabulary the report computes
 #: (``report.values``), presets validate and claims label: steps until the seed-mean curve falls below a
 #: threshold, the final or initial value (a seed mean), and the last / first ratio of the seed-mean curve.
-METRIC_TYPES = (STEPS_TO_THRESHOLD, FINAL, INITIAL, RATIO) = ("steps_to_threshold", "final", "initial", "ratio")
+METRIC_TYPES = ("steps_to_threshold", "final", "initial", "ratio")
+#: Steps until the seed-mean curve first falls below the threshold (``None`` where it never does).
+STEPS_TO_THRESHOLD = METRIC_TYPES[0]
+#: The seed mean of the last logged value.
+FINAL = METRIC_TYPES[1]
+#: The seed mean of the first logged value.
+INITIAL = METRIC_TYPES[2]
+#: The last / first ratio of the seed-mean curve.
+RATIO = METRIC_TYPES[3]
 #: The metric types a preset's tables may use (all but ``"ratio"``, which only a claim's inline metric may use).
 TABLE_METRIC_TYPES = (STEPS_TO_THRESHOLD, FINAL, INITIAL)
 
