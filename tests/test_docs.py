@@ -1,0 +1,137 @@
+"""The documentation site builds in strict mode, documents every public name, and its examples run.
+
+The site is MkDocs + Material + mkdocstrings (``mkdocs.yml``, pages under ``docs/``, installed by the
+``docs`` extra). As tests/test_readme.py does for the README, every ```` ```python ```` block of the
+guides runs as written and prints what its ``# prints VALUE`` comments say; a block that must not run
+(a long training, a multi-process launch) is fenced as another language (``bash``, ``text``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+import runpy
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+import tpo_gym
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+#: The guides: every page but the generated API reference.
+GUIDES = sorted(p for p in DOCS.rglob("*.md") if "reference" not in p.relative_to(DOCS).parts)
+BLOCKS = [(page, block) for page in GUIDES
+          for block in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)]
+#: ``print(...)  # prints VALUE``: the example's stated output, checked against what it prints.
+PRINTS = re.compile(r"^\s*print\(.*#\s*prints (.+?)\s*$", re.M)
+
+
+def public_modules() -> list[str]:
+    """``tpo_gym`` and every module under it without a ``_``-prefixed part."""
+    names = [m.name for m in pkgutil.walk_packages(tpo_gym.__path__, "tpo_gym.")]
+    return ["tpo_gym", *(n for n in names if not any(part.startswith("_") for part in n.split(".")))]
+
+
+def public_names(module_name: str) -> list[str]:
+    """A module's ``__all__``; without one, the public classes and functions it defines."""
+    module = importlib.import_module(module_name)
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [name for name, obj in vars(module).items()
+            if not name.startswith("_") and (inspect.isclass(obj) or inspect.isfunction(obj))
+            and obj.__module__ == module_name]
+
+
+def read_inventory(path: Path) -> dict[str, str]:
+    """``{name: url}`` of a Sphinx inventory (``objects.inv``, version 2: four header lines, zlib body)."""
+    header_end = 0
+    data = path.read_bytes()
+    for _ in range(4):
+        header_end = data.index(b"\n", header_end) + 1
+    assert data.startswith(b"# Sphinx inventory version 2"), data[:40]
+    entries = {}
+    for line in zlib.decompress(data[header_end:]).decode().splitlines():
+        name, _domain, _priority, url, _title = re.match(r"(\S+)\s+(\S+)\s+(-?\d+)\s+(\S*)\s+(.*)", line).groups()
+        entries[name] = url.replace("$", name) if url.endswith("$") else url
+    return entries
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built once by ``mkdocs build --strict`` (any warning fails: broken links, missing
+    references, docstring errors)."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log
+    assert "WARNING" not in log, log
+    return out
+
+
+def test_site_builds_in_strict_mode(site: Path) -> None:
+    for page in ("index.html", "getting-started/index.html", "agents/tpo/index.html", "trl/index.html",
+                 "method/index.html", "architecture/index.html", "reference/objectives/index.html"):
+        assert (site / page).is_file(), page
+    assert "tpo_gym.objectives.tpo_loss" in (site / "reference/objectives/index.html").read_text()
+
+
+def test_every_public_name_has_an_api_entry(site: Path) -> None:
+    """Every name of every public module's ``__all__`` is documented: an entry of the site's inventory under
+    that module or under the module that defines the same object, whose anchor exists on its page."""
+    inventory = read_inventory(site / "objects.inv")
+    modules = {name: importlib.import_module(name) for name in public_modules()}
+    pages: dict[str, str] = {}
+    missing = []
+    for module_name, module in modules.items():
+        for name in public_names(module_name):
+            obj = getattr(module, name)
+            candidates = [f"{module_name}.{name}"]
+            candidates += [f"{other}.{name}" for other, home in modules.items() if getattr(home, name, None) is obj]
+            url = next((inventory[c] for c in candidates if c in inventory), None)
+            if url is None:
+                missing.append(f"{module_name}.{name}")
+                continue
+            page, _, anchor = url.partition("#")
+            if page not in pages:
+                pages[page] = (site / page / "index.html" if not page.endswith(".html") else site / page).read_text()
+            assert f'id="{anchor}"' in pages[page], f"{module_name}.{name}: no anchor {anchor!r} on {page}"
+    assert not missing, f"not in the API reference (add a page under docs/reference/): {missing}"
+
+
+def test_trl_page_lists_every_refused_grpo_option_with_its_reason() -> None:
+    pytest.importorskip("trl")
+    from tpo_gym.integrations.trl import GRPO_OPTIONS_TPO_IGNORES
+
+    rows = dict(re.findall(r"^\| `(\w+)` \| refused \| (.+?) \|$", (DOCS / "trl.md").read_text(), re.M))
+    assert rows == GRPO_OPTIONS_TPO_IGNORES
+
+
+def test_guides_have_examples() -> None:
+    assert len(BLOCKS) >= 15
+    pages = {page.relative_to(DOCS).as_posix() for page, _ in BLOCKS}
+    for page in ("getting-started.md", "environments/your-own-task.md", "agents/tpo.md", "trl.md"):
+        assert page in pages, page
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)),
+                         ids=[f"{p.relative_to(DOCS).as_posix()}-{i}" for i, (p, _) in enumerate(BLOCKS)])
+def test_guide_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    page, block = BLOCKS[index]
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / f"{page.stem}_{index}.py"
+    script.write_text(block)
+    runpy.run_path(str(script), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert printed.strip(), "every example prints what it shows"
+    for expected in PRINTS.findall(block):
+        assert expected in printed.splitlines(), f"{page.name}: says it prints {expected!r}; it printed {printed!r}"
