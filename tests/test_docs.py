@@ -135,3 +135,16 @@ def test_guide_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.Monk
     assert printed.strip(), "every example prints what it shows"
     for expected in PRINTS.findall(block):
         assert expected in printed.splitlines(), f"{page.name}: says it prints {expected!r}; it printed {printed!r}"
+
+
+def test_docstring_markup_becomes_markdown() -> None:
+    sys.path.insert(0, str(DOCS))
+    try:
+        from griffe_rst import rst_to_markdown
+    finally:
+        sys.path.remove(str(DOCS))
+    text = "See :class:`~tpo_gym.agents.base.GroupAlgorithm` and :func:`tpo_gym.envs.check_group_env`::\n\n" \
+           "    code\n\n=====  =======\n``a``  first\n       more\n``bb``  second\n=====  =======\n"
+    assert rst_to_markdown(text).splitlines() == [
+        "See `GroupAlgorithm` and `tpo_gym.envs.check_group_env`:", "", "    code", "",
+        "|  |  |", "|---|---|", "| ``a`` | first more |", "| ``bb`` | second |"]
