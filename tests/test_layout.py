@@ -108,3 +108,17 @@ def test_the_private_member_check_finds_a_use_across_modules() -> None:
                      "class B(A):\n    def _step(self):\n        self._x = 1\n")
     found = _foreign_private_uses({PACKAGE / "a.py": owner, PACKAGE / "b.py": user})
     assert found == ["b.py:3 reads ._state of ['a.py']"]  # _step is b.py's own too (B overrides the hook)
+
+
+def test_package_docstring_names_every_subpackage() -> None:
+    """tpo_gym's docstring counts and lists its parts right."""
+    import pkgutil
+
+    import tpo_gym
+
+    doc = tpo_gym.__doc__ or ""
+    parts = sorted(m.name for m in pkgutil.iter_modules(tpo_gym.__path__) if not m.name.startswith("_"))
+    for name in parts:
+        assert f":mod:`tpo_gym.{name}`" in doc, name
+    words = {3: "Three", 4: "Four", 5: "Five", 6: "Six"}
+    assert f"{words[len(parts)]} parts" in doc

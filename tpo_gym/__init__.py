@@ -1,11 +1,12 @@
 """tpo-gym: Target Policy Optimization (TPO) for Gymnasium environments.
 
-Three parts:
+Five parts:
 
 * :mod:`tpo_gym.objectives` -- the math of TPO and every baseline as small pure torch functions;
 * :mod:`tpo_gym.envs` -- registered Gymnasium environments (``gym.make("tpo_gym/...")``);
 * :mod:`tpo_gym.agents` -- Stable-Baselines3-style agents (``TPO``, ``GRPO``, ``PPO``, ...);
-* :mod:`tpo_gym.evaluation` -- the benchmark harness behind the ``tpo-gym`` command.
+* :mod:`tpo_gym.evaluation` -- the benchmark harness behind the ``tpo-gym`` command;
+* :mod:`tpo_gym.integrations` -- TPO on other libraries' trainers (TRL's ``TargetPOTrainer``).
 """
 
 from __future__ import annotations

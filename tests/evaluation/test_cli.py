@@ -440,3 +440,16 @@ def test_report_seeds_beyond_the_run_limit_is_one_line(capsys: pytest.CaptureFix
     before = _files(out)
     code, _, err = _run_limited(["report", str(out), "--seeds", "1000000000000"], tmp_path)
     assert code == 2 and "--seeds 1000000000000:" in _one_line_error(err) and _files(out) == before
+
+
+def test_llm_estimate_counts_the_fixed_per_run_cost_and_agrees_with_the_docs() -> None:
+    """llm-smoke's two runs measured 58 s and 71 s; the estimate must not fall back to the step work alone."""
+    est = K.estimate_preset(load_preset("llm-smoke"))
+    per_run = est.compute_s / est.runs
+    assert per_run >= K.LLM_RUN_OVERHEAD_S
+    assert 30 <= per_run <= 150, per_run
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/language-models.md"):
+        text = " ".join((root / doc).read_text().split())
+        assert "llm-smoke` (about 2 minutes of CPU time, a minute on 2 workers)" in text, doc
+    assert K.format_seconds(est.compute_s) == "2 min"

@@ -11,7 +11,8 @@ kind               work units of one run                                      me
 ``tabular_multi``   steps                                                      ``tabular-multi``
 ``token``           episodes x rollouts per episode x H x (1 + epochs)         ``table1`` + ``table3``
 ``mnist``           steps x B x (1 + epochs)                                   ``mnist``
-``llm``             steps x B x K x max_new_tokens x (1 + 2 epochs)            SmolLM2 timings (§9)
+``llm``             steps x B x K x max_new_tokens x (1 + 2 epochs), plus a     SmolLM2 timings (§9),
+                   fixed per-run cost (model load, held-out evaluations)      ``llm-smoke`` runs
 =================  =========================================================  ======================
 
 Rollouts per episode: B, or B*K for sequence-level grouped methods and for single-sample methods
@@ -31,7 +32,7 @@ from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
-__all__ = ["SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units", "format_seconds"]
+__all__ = ["LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units", "format_seconds"]
 
 #: Seconds per work unit of each run kind (see the module docstring), with where it was measured.
 SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
@@ -42,6 +43,11 @@ SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
     "llm": (6.4e-3, "SmolLM2-135M on 2 threads (docs/method.md section 9): 4 x 8 x 64 tokens generate in ~10 s, "
                     "forward + backward ~22 s"),
 }
+
+#: Fixed seconds of one ``llm`` run besides its training steps: loading the model and tokenizer and
+#: scoring the held-out prompts before, during and after training. Measured on the 2-core machine:
+#: the two ``llm-smoke`` runs took 58 s and 71 s of wall time against ~11 s of modelled step work each.
+LLM_RUN_OVERHEAD_S = 50.0
 
 _FALLBACK = {"batch_size": 100, "group_size": 8, "n_epochs": 4, "level": "auto", "budget": "prompt"}
 
@@ -89,7 +95,8 @@ def run_units(spec: RunSpec) -> float:
 
 def run_seconds(spec: RunSpec) -> float:
     """Estimated single-threaded seconds of one run on the benchmark machine."""
-    return SECONDS_PER_UNIT[spec.kind][0] * run_units(spec)
+    fixed = LLM_RUN_OVERHEAD_S if spec.kind == "llm" else 0.0
+    return fixed + SECONDS_PER_UNIT[spec.kind][0] * run_units(spec)
 
 
 @dataclass
