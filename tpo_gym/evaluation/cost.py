@@ -32,7 +32,8 @@ from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
-__all__ = ["LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units", "format_seconds"]
+__all__ = ["LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units",
+           "format_seconds"]
 
 #: Seconds per work unit of each run kind (see the module docstring), with where it was measured.
 SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
