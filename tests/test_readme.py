@@ -42,3 +42,16 @@ def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.Mon
         assert namespace["model"].history[-1]["error"] < 0.05
         assert "final error:" in printed
         assert (tmp_path / "tpo_reversal.zip").is_file()
+
+
+def test_readme_is_a_landing_page_that_links_the_guides() -> None:
+    """The README keeps what the project is, the two commands, one example per part and links (< 8,000 chars)."""
+    text = README.read_text()
+    assert len(text) < 8_000, len(text)
+    for heading in ("## Quick start", "## Environments", "### Your own task", "## Agents", "### Language models",
+                    "### TPO on TRL", "## Benchmark reports", "## Layout"):
+        assert re.search(rf"^{re.escape(heading)}\b", text, re.M), heading
+    assert "make bench" in text and "make test" in text and "make docs" in text
+    for guide in ("docs/getting-started.md", "docs/environments/index.md", "docs/agents/index.md",
+                  "docs/language-models.md", "docs/trl.md", "docs/benchmarks.md"):
+        assert f"]({guide})" in text, guide
