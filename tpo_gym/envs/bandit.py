@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from tpo_gym._validation import check_int
 from tpo_gym.envs._common import (
@@ -21,7 +22,7 @@ from tpo_gym.envs._common import (
     check_size,
     draw_uniform,
 )
-from tpo_gym.envs.vector import NativeVectorEnv
+from tpo_gym.envs.vector import NativeVectorEnv, RenderMixin, cells_image
 
 
 def _check_n_arms(n_arms: Any) -> int:
@@ -53,7 +54,32 @@ def _bandit_info(hit: bool) -> dict[str, Any]:
     return {"is_success": hit, "score": float(hit), "error": 1.0 - float(hit)}
 
 
-class BanditEnv(gym.Env[np.ndarray, np.int64]):
+#: Colours of the ``"rgb_array"`` tile of a bandit: awaiting the pull, a correct pull, a wrong pull.
+_TILE_COLORS = {None: (0.5, 0.5, 0.5), True: (0.2, 0.7, 0.3), False: (0.8, 0.2, 0.2)}
+
+
+class _PullRender(RenderMixin):
+    """``render()`` of the bandits: the episode's pull, as text (``"ansi"``) or a 32x32 tile (``"rgb_array"``):
+    gray awaiting it, green if it hit the correct arm, red if not."""
+
+    #: ``(arm, hit)`` of this episode's pull, None until it is made.
+    _pull: tuple[int, bool] | None = None
+
+    def _render_head(self) -> str:
+        raise NotImplementedError
+
+    def _render_text(self) -> str:
+        if self._pull is None:
+            return f"{self._render_head()}: awaiting a pull\n"
+        arm, hit = self._pull
+        return f"{self._render_head()}: pulled arm {arm}, reward {float(hit)}\n"
+
+    def _render_rgb(self) -> np.ndarray:
+        hit = None if self._pull is None else self._pull[1]
+        return cells_image(np.array([[_TILE_COLORS[hit]]]), 32)
+
+
+class BanditEnv(_PullRender, gym.Env[np.ndarray, np.int64]):
     """K-armed single-context bandit with exactly one correct arm.
 
     ## Description
@@ -89,6 +115,9 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     * ``correct_arm`` (int or None, default None): the correct arm, in ``[0, n_arms)``; None draws it
       from ``table_seed``.
     * ``table_seed`` (int >= 0, default 0): seed of the correct arm when ``correct_arm`` is None.
+    * ``render_mode``: None (default), ``"ansi"`` (``render()`` returns the episode's pull as text)
+      or ``"rgb_array"`` (a 32x32 tile: gray before the pull, green after a correct pull, red after
+      a wrong one).
 
     Bad values (wrong type, out of range, too large) raise ``ValueError``; so do ``reset`` seeds
     that are not None or an integer >= 0 and ``options`` that are not None or a dict.
@@ -112,10 +141,12 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
     * v0: Initial version.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = dict(RenderMixin.metadata)
     reward_credit: str = "step"
 
-    def __init__(self, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0) -> None:
+    def __init__(self, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0,
+                 render_mode: str | None = None) -> None:
+        self._set_render_mode(render_mode)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         self.correct_arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
@@ -130,6 +161,7 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self._done = False
+        self._pull = None
         return np.zeros(1, dtype=np.float32), {}
 
     def _require_state(self) -> int:
@@ -143,12 +175,16 @@ class BanditEnv(gym.Env[np.ndarray, np.int64]):
         correct = self._require_state()
         self._done = True
         hit = arm == correct
+        self._pull = (arm, hit)
         return np.zeros(1, dtype=np.float32), float(hit), True, False, _bandit_info(hit)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate arm, without stepping or touching the RNG."""
         cand = check_candidates(candidates, self.n_arms)
         return (cand == self._require_state()).astype(np.float32)
+
+    def _render_head(self) -> str:
+        return f"bandit of {self.n_arms} arms"
 
 
 class BanditVectorEnv(NativeVectorEnv):
@@ -157,13 +193,17 @@ class BanditVectorEnv(NativeVectorEnv):
     Same spaces, rewards and seeding as ``num_envs`` copies of :class:`BanditEnv` in a
     ``SyncVectorEnv`` (``NEXT_STEP`` autoreset). ``reset(options={"group_size": G})`` makes groups of
     G sub-envs share a context (here all share the one correct arm);
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``. ``autoreset_mode`` ``"SameStep"``
+    (:class:`~gymnasium.vector.AutoresetMode`) makes every call a real pull (see :mod:`tpo_gym.envs.vector`).
     """
 
+    autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+
     def __init__(
-        self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0
+        self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ) -> None:
-        super().__init__(num_envs)
+        super().__init__(num_envs, autoreset_mode)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
@@ -194,7 +234,7 @@ class BanditVectorEnv(NativeVectorEnv):
         if active.any():
             self._masked_info(info, "is_success", hit, active)
             self._episode_info(info, active, rewards, 1.0 - rewards)
-        return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
+        return self._autoreset(self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of each candidate arm; 0 for sub-envs awaiting autoreset."""
@@ -213,7 +253,7 @@ def correct_arm_table(n_contexts: int, n_arms: int, table_seed: int) -> np.ndarr
     return np.random.default_rng(table_seed).integers(0, n_arms, size=n_contexts).astype(np.int64)
 
 
-class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
+class ContextualBanditEnv(_PullRender, gym.Env[np.ndarray, np.int64]):
     """Multi-context bandit: N contexts x K arms, one correct arm per context.
 
     ## Description
@@ -242,6 +282,9 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     * ``n_contexts`` (int, default 100, ``1 <= n_contexts <= 2**24``: the one-hot observation is
       dense), ``n_arms`` (int, default 10, ``2 <= n_arms <= 2**63 - 1``).
     * ``table_seed`` (int >= 0, default 0): seed of the table of correct arms.
+    * ``render_mode``: None (default), ``"ansi"`` (``render()`` returns the context and the episode's
+      pull as text) or ``"rgb_array"`` (a 32x32 tile: gray before the pull, green after a correct
+      pull, red after a wrong one).
 
     Bad values raise ``ValueError``, as do bad ``reset`` seeds and options.
 
@@ -256,10 +299,12 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
     * v0: Initial version.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = dict(RenderMixin.metadata)
     reward_credit: str = "step"
 
-    def __init__(self, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
+    def __init__(self, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0,
+                 render_mode: str | None = None) -> None:
+        self._set_render_mode(render_mode)
         self.n_contexts = _check_n_contexts(n_contexts)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
@@ -267,6 +312,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         self.action_space = spaces.Discrete(self.n_arms)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(self.n_contexts,), dtype=np.float32)
         self.context: int | None = None
+        self._shown: int | None = None  # the context of the current or last episode (for render)
 
     def _obs(self) -> np.ndarray:
         obs = np.zeros(self.n_contexts, dtype=np.float32)
@@ -281,6 +327,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self.context = int(draw_uniform([self.np_random], self.n_contexts)[0])
+        self._shown, self._pull = self.context, None
         return self._obs(), {}
 
     def _require_context(self) -> int:
@@ -295,6 +342,7 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         obs = self._obs()
         self.context = None
         hit = arm == int(self.correct_arms[ctx])
+        self._pull = (arm, hit)
         return obs, float(hit), True, False, _bandit_info(hit)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
@@ -302,16 +350,24 @@ class ContextualBanditEnv(gym.Env[np.ndarray, np.int64]):
         cand = check_candidates(candidates, self.n_arms)
         return (cand == self.correct_arms[self._require_context()]).astype(np.float32)
 
+    def _render_head(self) -> str:
+        shown = "no context yet" if self._shown is None else f"context {self._shown}"
+        return f"{shown} of {self.n_contexts}, {self.n_arms} arms"
+
 
 class ContextualBanditVectorEnv(NativeVectorEnv):
     """Native batched :class:`ContextualBanditEnv` (``NEXT_STEP`` autoreset, array operations).
 
     ``reset(options={"group_size": G})`` makes groups of G sub-envs share one context;
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``; ``autoreset_mode`` ``NEXT_STEP`` (default)
+    or ``SAME_STEP`` (see :mod:`tpo_gym.envs.vector`).
     """
 
-    def __init__(self, num_envs: int = 1, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0) -> None:
-        super().__init__(num_envs)
+    autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+
+    def __init__(self, num_envs: int = 1, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+        super().__init__(num_envs, autoreset_mode)
         self.n_contexts = _check_n_contexts(n_contexts)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
@@ -346,7 +402,7 @@ class ContextualBanditVectorEnv(NativeVectorEnv):
         if active.any():
             self._masked_info(info, "is_success", hit, active)
             self._episode_info(info, active, rewards, 1.0 - rewards)
-        return obs, rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info
+        return self._autoreset(obs, rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of each candidate arm; 0 for sub-envs awaiting autoreset."""

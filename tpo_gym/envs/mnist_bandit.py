@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from tpo_gym._validation import check_choice
 from tpo_gym.envs._common import (
@@ -19,12 +20,15 @@ from tpo_gym.envs._common import (
     draw_uniform,
 )
 from tpo_gym.envs.mnist_data import load_mnist
-from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv
+from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv, RenderMixin, cells_image
+
+#: Characters of the ``"ansi"`` view, dark to bright.
+_SHADES = " .:-=+*#%@"
 
 SPLITS = ("train", "test")
 
 
-class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
+class MNISTBanditEnv(RenderMixin, gym.Env[np.ndarray, np.int64]):
     """One-step contextual bandit on MNIST: see an image, name its digit, get 1 if right.
 
     ## Description
@@ -55,6 +59,9 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     * ``root`` (str or None): data dir; default ``$TPO_GYM_DATA_DIR`` or ``~/.cache/tpo_gym``. Missing
       data raise an error naming the command that fetches it, ``python -m tpo_gym.envs.mnist_data``.
       For fast evaluation use :func:`tpo_gym.envs.mnist_data.load_mnist` directly.
+    * ``render_mode``: None (default), ``"rgb_array"`` (``render()`` returns the image of the current or
+      last episode, ``uint8 [28, 28, 3]``) or ``"ansi"`` (that image as 28 lines of characters, then the
+      guess and the label once the agent has guessed).
 
     ## Vectorized environment
     :class:`MNISTBanditVectorEnv` through ``vector_entry_point``: N images per step with array
@@ -67,16 +74,20 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
     * v0: Initial version.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = dict(RenderMixin.metadata)
     reward_credit: str = "step"
 
-    def __init__(self, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, split: str = "train", root: str | os.PathLike[str] | None = None,
+                 render_mode: str | None = None) -> None:
         self.split = check_choice("split", split, SPLITS)
+        self._set_render_mode(render_mode)
         self.root = root
         self._images, self._labels = load_mnist(self.split, root)
         self.action_space = spaces.Discrete(10)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(784,), dtype=np.float32)
         self.index: int | None = None
+        self._shown: int | None = None  # the image of the current or last episode (for render)
+        self._guess: int | None = None  # the action of the last episode, once taken (for render)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -95,6 +106,7 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
         seed, options = check_reset_args(seed, options)
         super().reset(seed=seed)
         self.index = int(draw_uniform([self.np_random], len(self._labels))[0])
+        self._shown, self._guess = self.index, None
         return self._images[self.index].copy(), {}
 
     def _require_index(self) -> int:
@@ -109,8 +121,32 @@ class MNISTBanditEnv(gym.Env[np.ndarray, np.int64]):
         self.index = None
         label = int(self._labels[idx])
         hit = a == label
+        self._guess = a
         info = {"label": label, "is_success": hit, "score": float(hit), "error": 1.0 - float(hit)}
         return self._images[idx].copy(), float(hit), True, False, info
+
+    def _shown_image(self) -> np.ndarray:
+        """The image of the current or last episode, ``[28, 28]`` (black before the first reset)."""
+        if self._shown is None:
+            return np.zeros((28, 28), dtype=np.float32)
+        return self._images[self._shown].reshape(28, 28)
+
+    def _render_rgb(self) -> np.ndarray:
+        return cells_image(np.repeat(self._shown_image()[..., None], 3, axis=-1), 1)
+
+    def _render_text(self) -> str:
+        """The image in characters, then the guess and the label once guessed."""
+        shades = np.minimum((self._shown_image() * len(_SHADES)).astype(np.int64), len(_SHADES) - 1)
+        art = "\n".join("".join(_SHADES[i] for i in row) for row in shades.tolist())
+        if self._shown is None:
+            status = "no image yet (call reset())"
+        elif self._guess is None:
+            status = f"{self.split} image {self._shown}: awaiting a guess"
+        else:
+            label = int(self._labels[self._shown])
+            reward = float(self._guess == label)
+            status = f"{self.split} image {self._shown}: guessed {self._guess}, label {label}, reward {reward}"
+        return f"{art}\n{status}\n"
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate label for the current image."""
@@ -122,11 +158,15 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
     """Native batched :class:`MNISTBanditEnv` (``NEXT_STEP`` autoreset, array operations).
 
     ``reset(options={"group_size": G})`` makes groups of G sub-envs see the same image;
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``.
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]``; ``autoreset_mode`` ``NEXT_STEP`` (default)
+    or ``SAME_STEP``, which makes every call a real step (see :mod:`tpo_gym.envs.vector`).
     """
 
-    def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None) -> None:
-        super().__init__(num_envs)
+    autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+
+    def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+        super().__init__(num_envs, autoreset_mode)
         self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._images, self._labels = load_mnist(self.split, root)
@@ -158,7 +198,7 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
             self._masked_info(info, "label", labels, active)
             self._masked_info(info, "is_success", hit, active)
             self._episode_info(info, active, rewards, 1.0 - rewards)
-        return self._observations(), rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info
+        return self._autoreset(self._observations(), rewards, active.copy(), np.zeros(self.num_envs, np.bool_), info)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of each candidate label; 0 for sub-envs awaiting autoreset."""
@@ -197,10 +237,11 @@ class MNISTBanditTensorEnv(NativeTensorEnv):
     fixed_horizon: int = 1
 
     def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None,
-                 device: Any = "cpu", check_actions: bool = True) -> None:
+                 device: Any = "cpu", check_actions: bool = True,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
         import torch
 
-        super().__init__(num_envs, device, check_actions)
+        super().__init__(num_envs, device, check_actions, autoreset_mode)
         self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._n_images = len(load_mnist(self.split, root)[1])

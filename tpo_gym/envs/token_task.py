@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from tpo_gym._validation import check_choice
 from tpo_gym.envs._common import (
@@ -20,7 +21,7 @@ from tpo_gym.envs._common import (
     check_size,
     draw_tokens,
 )
-from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv
+from tpo_gym.envs.vector import NativeTensorEnv, NativeVectorEnv, RenderMixin, cells_image
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag", "sequential", "terminal")
@@ -131,7 +132,7 @@ def episode_summary(n_correct: np.ndarray, prefix_len: np.ndarray, length: int, 
     return f64(prefix_len) / length, token_error
 
 
-class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
+class TokenTaskEnv(RenderMixin, gym.Env[np.ndarray, np.int64]):
     """Write H tokens that answer a random prompt of H tokens (copy, flip, reverse copy, reverse flip).
 
     ## Description
@@ -180,6 +181,10 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
     * ``vocab_size`` V, ``2 <= V <= 2**62`` (default 2); ``length`` H, ``1 <= H <= 2**16``
       (default 10). Bad values raise ``ValueError`` naming the limit, as do bad ``reset`` seeds
       and options.
+    * ``render_mode``: None (default), ``"ansi"`` (``render()`` returns the prompt and the tokens
+      written so far as text, ``_`` for slots not written yet) or ``"rgb_array"`` (the same two rows
+      as an ``uint8 [16, 8H, 3]`` picture: one 8x8 cell per token, gray from black (0) to white
+      (V-1), blue for unwritten slots).
 
     Short ids fix these for the paper's settings, e.g. ``tpo_gym/TokenReversal-v0`` = reverse_copy,
     bag, V=2, H=10 (the full list is in :mod:`tpo_gym.envs`).
@@ -199,12 +204,14 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
     * v0: Initial version.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = dict(RenderMixin.metadata)
 
     def __init__(
-        self, target: str = "reverse_copy", reward: str = "bag", vocab_size: int = 2, length: int = 10
+        self, target: str = "reverse_copy", reward: str = "bag", vocab_size: int = 2, length: int = 10,
+        render_mode: str | None = None,
     ) -> None:
         self.target, self.reward, self.vocab_size, self.length = _check_token_kwargs(target, reward, vocab_size, length)
+        self._set_render_mode(render_mode)
         self.reward_credit = reward_credit_of(self.reward)
         v, h = self.vocab_size, self.length
         self.action_space = spaces.Discrete(v)
@@ -283,6 +290,23 @@ class TokenTaskEnv(gym.Env[np.ndarray, np.int64]):
             }
         return self._state.copy(), reward, terminated, False, info
 
+    def _render_text(self) -> str:
+        """The prompt and the tokens written so far (``_``: not written yet)."""
+        h, v = self.length, self.vocab_size
+        width = len(str(v - 1))
+
+        def row(tokens: np.ndarray) -> str:
+            return " ".join(("_" if x == v else str(int(x))).rjust(width) for x in tokens)
+
+        return f"prompt : {row(self._state[:h])}\nwritten: {row(self._state[h:])}\n"
+
+    def _render_rgb(self) -> np.ndarray:
+        """The same two rows, 8x8 pixels per token."""
+        rows = self._state.reshape(2, self.length)
+        colors = np.repeat((rows / (self.vocab_size - 1))[..., None], 3, axis=-1)
+        colors[rows == self.vocab_size] = (0.25, 0.4, 0.85)  # unwritten slot
+        return cells_image(colors, 8)
+
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [K]`` of each candidate next token at the current prefix (no side effects)."""
         cand = check_candidates(candidates, self.vocab_size)
@@ -310,8 +334,11 @@ class TokenTaskVectorEnv(_TokenTaskVectors, NativeVectorEnv):
     infos for the same seeds and actions; ``score`` / ``error`` come with ``_score`` / ``_error``
     masks); ``reward_credit`` as :class:`TokenTaskEnv`; ``reset(options={"group_size": G})`` gives
     sub-envs ``i*G..(i+1)*G-1`` the same prompt; ``score_candidates(int [num_envs, K]) -> float32
-    [num_envs, K]``.
+    [num_envs, K]``. ``autoreset_mode="SameStep"`` gives ``SyncVectorEnv``'s ``SAME_STEP`` autoreset instead
+    (groups too: a group's episodes end together; see :mod:`tpo_gym.envs.vector`).
     """
+
+    autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
 
     def __init__(
         self,
@@ -320,8 +347,9 @@ class TokenTaskVectorEnv(_TokenTaskVectors, NativeVectorEnv):
         reward: str = "bag",
         vocab_size: int = 2,
         length: int = 10,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ) -> None:
-        super().__init__(num_envs)
+        super().__init__(num_envs, autoreset_mode)
         self._setup_task(target, reward, vocab_size, length)
         n, v, h = self.num_envs, self.vocab_size, self.length
         self._state = np.full((n, 2 * h), v, dtype=np.int64)
@@ -383,7 +411,7 @@ class TokenTaskVectorEnv(_TokenTaskVectors, NativeVectorEnv):
             self._masked_info(info, "is_success", exact, terminated)
             score, error = episode_summary(self._n_correct, self._prefix_len, self.length, self.reward)
             self._episode_info(info, terminated, score, error)
-        return self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info
+        return self._autoreset(self._observations(), rewards, terminated, np.zeros(self.num_envs, np.bool_), info)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
         """Reward ``float32 [num_envs, K]`` of K candidate next tokens per sub-env, no side effects.
@@ -411,6 +439,7 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
 
     :param device: torch device of the state (``"cpu"``, ``"cuda"``, ``"cuda:N"``...).
     :param check_actions: also check that every action / candidate is in ``[0, V)`` (reads it back).
+    :param autoreset_mode: ``NEXT_STEP`` only (other modes raise ``ValueError``; the numpy env offers ``SAME_STEP``).
     """
 
     def __init__(
@@ -422,10 +451,11 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
         length: int = 10,
         device: Any = "cpu",
         check_actions: bool = True,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ) -> None:
         import torch
 
-        super().__init__(num_envs, device, check_actions)
+        super().__init__(num_envs, device, check_actions, autoreset_mode)
         self._setup_task(target, reward, vocab_size, length)
         self.fixed_horizon = self.length
         n, v, h = self.num_envs, self.vocab_size, self.length
