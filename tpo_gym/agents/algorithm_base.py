@@ -33,8 +33,8 @@ from tpo_gym.agents.sampling import (
     RolloutBatch,
     RolloutEnv,
     RolloutSource,
-    group_api_available,
     make_rollout_env,
+    scoring_available,
     tensor_env_available,
 )
 
@@ -181,9 +181,14 @@ class AlgorithmBase(BaseAlgorithm):
         return resolve_grouping(self.sampling, self.level, self.group_size, native=native, text=self._text)
 
     def _resolve_grouping(self) -> None:
-        """Decide, once per env, what a group is; raise if the env cannot provide it."""
+        """Decide, once per env, what a group is; raise if the env cannot provide it.
+
+        ``level="auto"`` becomes ``"token"`` on an env that scores candidates (a native vector env, or a single env
+        with ``score_candidates`` and no extra wrappers) and ``"sequence"`` otherwise: :attr:`level` holds the
+        choice, and ``verbose >= 1`` prints it (as SB3 prints the device).
+        """
         assert self._source is not None
-        native = group_api_available(self._source) or self._text
+        native = scoring_available(self._source) or self._text
         grouping = self.choose_grouping(native)
         if grouping.compares_k and self.group_size < 2:
             raise ValueError(f"{type(self).__name__} compares K candidates per context: group_size must be an "
@@ -194,14 +199,36 @@ class AlgorithmBase(BaseAlgorithm):
                 what = f"{type(self).__name__} (the supervised oracle)"
             wrapped = self._source.wrapper_names()
             why = (f"this env is wrapped ({', '.join(wrapped)}), and wrapped envs roll out through their wrappers "
-                   "in a sync vector env, without the group API" if wrapped else "this env has none")
+                   "(which may change rewards) in a sync vector env, without the group API" if wrapped else
+                   f"{self._env_name()} has no score_candidates method (give its class score_candidates(candidates) "
+                   "-> float32 [K], the reward of each candidate action now, checked by "
+                   "tpo_gym.envs.check_group_env)")
             hint = ("use level='sequence' (K same-seed rollouts per context)" if grouping.kind == "candidates"
-                    else "pass an unwrapped tpo_gym env")
-            raise ValueError(f"{what} needs an env with the tpo_gym group API (score_candidates); {why}: {hint}")
+                    else "pass an unwrapped env with score_candidates")
+            raise ValueError(f"{what} needs an env with the tpo_gym group API (score_candidates); {why}; or {hint}")
         if self.sampling == "group" and self.level == "auto":
             self.level = "token" if grouping.kind == "candidates" else "sequence"
+            if self.verbose >= 1 and grouping.compares_k:
+                why = ("K completions per prompt" if self._text else
+                       f"K candidates scored per state: {self._env_name()} has score_candidates"
+                       if grouping.kind == "candidates" else
+                       f"K same-seed rollouts per context: {self._env_name()} has no score_candidates")
+                print(f"Using level='{self.level}' ({why})")
         self.grouping = grouping
         self._rollout_env = None
+
+    def _env_name(self) -> str:
+        """The env's id, else its class name (for messages)."""
+        env = getattr(self, "env", None)
+        spec = self._source.spec if self._source is not None else None
+        if spec is not None:
+            return str(spec.id)
+        if env is not None:
+            try:
+                return type(env.unwrapped.envs[0].unwrapped).__name__  # type: ignore[union-attr]
+            except AttributeError:
+                return type(env.unwrapped).__name__
+        return "this env"
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
         """Use a new env (same spaces; an id works too); rollouts are rebuilt from it."""

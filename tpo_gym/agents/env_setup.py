@@ -26,7 +26,11 @@ def resolve_env(env: Any, who: str) -> tuple[GymEnv | None, RolloutSource | None
     """The env SB3 keeps and where rollouts are rebuilt from (``who`` names the agent class in errors).
 
     Accepted: ``None``, a registered id, a Gymnasium env, a Gymnasium ``VectorEnv`` with a spec
-    (``gym.make_vec``), an SB3 ``DummyVecEnv`` / ``SubprocVecEnv`` (optionally in ``VecMonitor``).
+    (``gym.make_vec``), an SB3 ``DummyVecEnv`` / ``SubprocVecEnv`` (optionally in ``VecMonitor``). A Gymnasium
+    env keeps its wrappers, also those that do not record their constructor arguments (copied, see
+    :func:`~tpo_gym.agents.sampling.rebuild_plan`); a ``SubprocVecEnv`` whose envs carry such wrappers is refused
+    (``ValueError``: their wrapper objects live in the subprocesses), as a wrapper that cannot be copied is
+    (``TypeError``).
     """
     if env is None:
         return None, None
@@ -56,8 +60,8 @@ def resolve_env(env: Any, who: str) -> tuple[GymEnv | None, RolloutSource | None
         return env, _source_of_vecenv(env, who)
     if isinstance(env, gym.Env):
         if is_text_env(env.observation_space, env.action_space):
-            return TextVecEnv(env), RolloutSource.from_env(env)
-        return env, RolloutSource.from_env(env)
+            return TextVecEnv(env), RolloutSource.from_env(env, who)
+        return env, RolloutSource.from_env(env, who)
     raise ValueError(
         f"env must be an env id, a Gymnasium env or VectorEnv, or an SB3 VecEnv; got {type(env).__name__}"
     )
@@ -65,12 +69,21 @@ def resolve_env(env: Any, who: str) -> tuple[GymEnv | None, RolloutSource | None
 
 def _source_of_vecenv(venv: VecEnv, who: str) -> RolloutSource:
     if isinstance(venv, (DummyVecEnv, TextVecEnv)):
-        return RolloutSource.from_env(venv.envs[0])
+        return RolloutSource.from_env(venv.envs[0], who)
     spec = venv.get_attr("spec", [0])[0]
     if spec is None:
         raise ValueError(
             f"{who} cannot rebuild the envs of this {type(venv).__name__}: they have no spec. "
             "Register the env (gymnasium.register) or pass an env instance"
+        )
+    lost = [w.name for w in spec.additional_wrappers if w.kwargs is None and w.name != "Monitor"]
+    if lost:
+        raise ValueError(
+            f"{who} cannot rebuild the envs of this {type(venv).__name__}: its rollouts run in its own copies, "
+            f"rebuilt from the env spec, and the wrapper(s) {', '.join(lost)} do not record their constructor "
+            "arguments (gymnasium.utils.RecordConstructorArgs), so the spec cannot re-create them (and the wrapped "
+            "envs live in the subprocesses). Pass the wrapped env itself or a DummyVecEnv of it (its wrappers are "
+            "copied), or make the wrappers inherit gymnasium.utils.RecordConstructorArgs"
         )
     return RolloutSource.from_spec(spec)
 

@@ -39,13 +39,16 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sb3_conventions import episode_entries
-from tpo_gym.envs.group import GroupVectorEnv, group_reset
+from tpo_gym.envs.group import GroupVectorEnv, SyncGroupVectorEnv, group_reset
 
 __all__ = [
     "RolloutSource",
     "RolloutEnv",
     "RolloutBatch",
     "group_api_available",
+    "single_group_api_available",
+    "scoring_available",
+    "rebuild_plan",
     "make_rollout_env",
     "tensor_env_available",
     "sample_candidates",
@@ -61,15 +64,19 @@ _MAX_SYNC_PROBE_STEPS = 10_000
 
 @dataclass(frozen=True)
 class RolloutSource:
-    """Where an agent's rollout envs come from: a registered spec, or copies of an env instance.
+    """Where an agent's rollout envs come from: a registered spec, or a factory of copies of an env instance.
 
     :param spec: the env's spec without SB3's ``Monitor`` (rollouts keep their own statistics), or
-        ``None`` for an env that was not made from the registry.
+        ``None`` for an env rebuilt by ``env_fn``.
     :param env_fn: factory of copies of the env, used when there is no spec.
+    :param wrappers: names of the wrappers ``env_fn`` re-applies around its copies (outermost first).
+    :param group_env: the envs ``env_fn`` makes are unwrapped single envs with ``score_candidates``.
     """
 
     spec: EnvSpec | None
     env_fn: Callable[[], gym.Env[Any, Any]] | None = None
+    wrappers: tuple[str, ...] = ()
+    group_env: bool = False
 
     @classmethod
     def from_spec(cls, spec: EnvSpec) -> RolloutSource:
@@ -78,17 +85,120 @@ class RolloutSource:
         return cls(dataclasses.replace(spec, additional_wrappers=kept))
 
     @classmethod
-    def from_env(cls, env: gym.Env[Any, Any]) -> RolloutSource:
-        """A source from an env instance: its spec when it has one, else deep copies of it."""
-        spec = getattr(env, "spec", None)
-        if spec is not None:
-            return cls.from_spec(spec)
-        inner = env.unwrapped
-        return cls(None, copy_factory(inner))
+    def from_env(cls, env: gym.Env[Any, Any], who: str = "the agent") -> RolloutSource:
+        """A source from an env instance, which keeps its wrappers (see :func:`rebuild_plan`).
+
+        :raises TypeError: a wrapper can neither be re-created nor copied (the message names it).
+        """
+        base, outer = rebuild_plan(env)
+        if base is None:  # no spec: deep copies of the unwrapped env
+            inner = env.unwrapped
+            base_fn = copy_factory(inner)
+            if not outer:
+                return cls(None, base_fn, group_env=callable(getattr(inner, "score_candidates", None)))
+        elif not outer:
+            return cls.from_spec(base)
+        else:
+            spec = base
+            base_fn = lambda: gym.make(spec)  # noqa: E731
+        old_base = env
+        for _ in outer:
+            old_base = old_base.env  # type: ignore[attr-defined]
+        factory = _rewrap_factory(base_fn, old_base, outer, who)
+        factory().close()  # a wrapper that cannot be copied fails now, not at the first rollout
+        return cls(None, factory, wrappers=tuple(type(w).__name__ for w in outer))
 
     def wrapper_names(self) -> list[str]:
-        """Names of the wrappers the spec re-applies (empty without a spec)."""
-        return [] if self.spec is None else [w.name for w in self.spec.additional_wrappers]
+        """Names of the wrappers the spec or the factory re-applies."""
+        return list(self.wrappers) if self.spec is None else [w.name for w in self.spec.additional_wrappers]
+
+
+def _is_monitor(env: Any) -> bool:
+    from stable_baselines3.common.monitor import Monitor
+
+    return isinstance(env, Monitor)
+
+
+def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapper[Any, Any, Any, Any]]]:
+    """How copies of ``env`` are made: the spec of its inner part and the wrappers to re-apply around it.
+
+    Going inwards from ``env``, the first level whose spec re-creates every wrapper it lists (each records its
+    constructor arguments, ``gymnasium.utils.RecordConstructorArgs``) is rebuilt from that spec; the wrappers
+    outside it (outermost first) are re-applied around each copy (:func:`_rewrap_factory`). Without a spec
+    every wrapper is re-applied around deep copies of ``env.unwrapped`` (spec ``None``). Outermost SB3
+    ``Monitor`` s are dropped (they only record, and the rollouts give the episodes as they do); one inside
+    other wrappers is re-applied, so its ``"episode"`` entries are the statistics SB3 would report.
+    """
+    outer: list[gym.Wrapper[Any, Any, Any, Any]] = []
+    level: Any = env
+    while True:
+        spec = getattr(level, "spec", None)
+        if spec is not None and all(w.kwargs is not None for w in spec.additional_wrappers):
+            base = spec
+            break
+        if not isinstance(level, gym.Wrapper):
+            base = None if spec is None else dataclasses.replace(spec, additional_wrappers=())
+            break
+        outer.append(level)
+        level = level.env
+    while outer and _is_monitor(outer[0]):
+        outer.pop(0)
+    return base, outer
+
+
+def _levels(env: Any) -> list[Any]:
+    levels = [env]
+    while isinstance(levels[-1], gym.Wrapper):
+        levels.append(levels[-1].env)
+    return levels
+
+
+def _rewrap(wrapper: Any, inner: gym.Env[Any, Any], memo: dict[int, Any], who: str) -> gym.Env[Any, Any]:
+    """``wrapper`` re-applied around ``inner``: re-created from its recorded constructor arguments, an SB3
+    ``Monitor`` re-created without a file, any other wrapper deep-copied with ``inner`` in place of its env."""
+    from gymnasium.utils import RecordConstructorArgs
+    from stable_baselines3.common.monitor import Monitor
+
+    if isinstance(wrapper, Monitor):
+        return Monitor(inner, allow_early_resets=True, reset_keywords=wrapper.reset_keywords,
+                       info_keywords=wrapper.info_keywords)
+    if isinstance(wrapper, RecordConstructorArgs):
+        kwargs = {k: v for k, v in wrapper._saved_kwargs.items() if k != "env"}
+        return type(wrapper)(env=inner, **kwargs)
+    name = type(wrapper).__name__
+    try:
+        copied = copy.deepcopy(wrapper, dict(memo))
+    except Exception as exc:
+        raise TypeError(
+            f"{who} rolls out in its own copies of the env, and cannot copy the wrapper {name}: it does not record "
+            f"its constructor arguments (gymnasium.utils.RecordConstructorArgs) and copy.deepcopy failed "
+            f"({type(exc).__name__}: {exc}). Make {name} inherit gymnasium.utils.RecordConstructorArgs (calling "
+            f"RecordConstructorArgs.__init__(self, **its arguments) in __init__), make it deep-copyable, or register "
+            "an env id whose entry point builds the wrapped env (gymnasium.register) and pass the id"
+        ) from exc
+    if getattr(copied, "env", None) is not inner:
+        raise TypeError(f"{who} could not copy the wrapper {name} around a new env (its copy does not wrap it); "
+                        f"make {name} inherit gymnasium.utils.RecordConstructorArgs")
+    copied._cached_spec = None
+    return copied
+
+
+def _rewrap_factory(base_fn: Callable[[], gym.Env[Any, Any]], old_base: gym.Env[Any, Any], outer: list[Any],
+                    who: str) -> Callable[[], gym.Env[Any, Any]]:
+    """A factory of copies: ``base_fn()`` with the wrappers ``outer`` (outermost first) re-applied around it."""
+
+    def make() -> gym.Env[Any, Any]:
+        env = base_fn()
+        memo: dict[int, Any] = {}
+        for old, new in zip(_levels(old_base), _levels(env), strict=False):
+            if type(old) is not type(new):
+                break
+            memo[id(old)] = new
+        for wrapper in reversed(outer):
+            env = memo[id(wrapper)] = _rewrap(wrapper, env, memo, who)
+        return env
+
+    return make
 
 
 def group_api_available(source: RolloutSource) -> bool:
@@ -103,6 +213,31 @@ def group_api_available(source: RolloutSource) -> bool:
     if spec is None or spec.vector_entry_point is None or spec.additional_wrappers:
         return False
     return isinstance(creator := _vector_creator(spec), type) and issubclass(creator, GroupVectorEnv)
+
+
+def single_group_api_available(source: RolloutSource) -> bool:
+    """Whether ``source`` makes single envs with ``score_candidates`` and no extra wrappers, but no native vector
+    env: rollouts then score candidates in a :class:`~tpo_gym.envs.group.SyncGroupVectorEnv` of their copies."""
+    if group_api_available(source):
+        return False
+    spec = source.spec
+    if spec is None:
+        return source.group_env and not source.wrappers
+    if spec.additional_wrappers or spec.entry_point is None:
+        return False
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    if isinstance(creator, type):
+        return callable(getattr(creator, "score_candidates", None))
+    env = gym.make(spec)  # a function entry point: look at what it makes
+    try:
+        return callable(getattr(env.unwrapped, "score_candidates", None))
+    finally:
+        env.close()
+
+
+def scoring_available(source: RolloutSource) -> bool:
+    """Whether the rollouts of ``source`` can score candidates (native vector env or a single group env)."""
+    return group_api_available(source) or single_group_api_available(source)
 
 
 def _vector_creator(spec: EnvSpec) -> Any:
@@ -139,6 +274,12 @@ class RolloutEnv:
     def num_envs(self) -> int:
         """Number of sub-envs (rollouts per iteration)."""
         return int(self.venv.num_envs)
+
+    @property
+    def scores_candidates(self) -> bool:
+        """Whether the venv scores candidates: a native env, or a single group env's
+        :class:`~tpo_gym.envs.group.SyncGroupVectorEnv` (whose groups still come from same-seed resets)."""
+        return self.native or isinstance(self.venv, SyncGroupVectorEnv)
 
 
 def _probe_horizon(venv: gym.vector.VectorEnv, limit: int = _MAX_PROBE_STEPS) -> int:
@@ -193,12 +334,17 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
         assert spec is not None
         venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point")
         return RolloutEnv(venv, True, _probe_horizon(venv), _reward_credit(venv.unwrapped))
-    if spec is not None:
+    if single_group_api_available(source):  # a single env's group API, in a vector form of its copies
+        make_one = source.env_fn if source.env_fn is not None else (lambda: gym.make(spec))
+        venv = SyncGroupVectorEnv([make_one] * num_envs)
+        max_steps = venv.envs[0].spec.max_episode_steps if venv.envs[0].spec is not None else None
+    elif spec is not None:
         venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="sync")
         max_steps = spec.max_episode_steps
     elif source.env_fn is not None:
         venv = gym.vector.SyncVectorEnv([source.env_fn] * num_envs)
-        max_steps = getattr(getattr(source.env_fn(), "spec", None), "max_episode_steps", None)
+        first_spec = venv.envs[0].spec
+        max_steps = None if first_spec is None else first_spec.max_episode_steps
     else:
         raise ValueError("need an env spec or an env factory to build the rollout env")
     fixed_length = max_steps is None
@@ -317,7 +463,7 @@ def collect_rollouts(
         return _collect_on_device(policy, env, seed, n_candidates, score_all_actions, group_size)
     venv = env.venv
     n = env.num_envs
-    if (n_candidates > 0 or score_all_actions) and not env.native:
+    if (n_candidates > 0 or score_all_actions) and not env.scores_candidates:
         raise ValueError("scoring candidates needs the tpo_gym group API (score_candidates); use level='sequence'")
     if n % group_size != 0:
         raise ValueError(f"group_size {group_size} must divide the number of rollouts {n}")

@@ -50,9 +50,12 @@ def check_group_env(
     is the action taken) and episodes reset with ``seed``:
 
     * it has ``score_candidates``, and ``reward_credit`` (if set) is ``"step"`` or ``"episode"``;
-    * ``score_candidates`` returns a finite floating array of shape ``[K]`` (float32 documented: another
-      float dtype warns), the same on a second call at the same state, and candidate 0's score equals the
-      reward ``step`` then pays for it, at every step of the episode;
+    * ``score_candidates`` returns a finite float32 array of shape ``[K]`` (another dtype, float64 too, raises),
+      the same on a second call at the same state, and candidate 0's score equals the reward ``step`` then
+      pays for it, at every step of the episode;
+    * ``score_candidates`` leaves the env's random number generators as they were (``np_random`` and any
+      numpy / Python / torch generator among its attributes): drawing from them is a side effect that changes
+      what the episode does next;
     * same-seed resets give the same observation, and the same candidates the same scores at every step;
     * scoring has no side effect: the episode without ``score_candidates`` calls is the same;
     * the ``info`` of the step that ends the episode has ``score`` and ``error``, real numbers in
@@ -128,13 +131,51 @@ def _check_reward_credit(env: Any, name: str) -> None:
         raise GroupEnvError(f"{name}.reward_credit must be 'step' or 'episode' (or absent: 'step'), got {credit!r}")
 
 
-def _scores(env: Any, name: str, candidates: Any, shape: tuple[int, ...], where: str,
-            warn_dtype: bool = False) -> np.ndarray:
-    """``env.score_candidates(candidates)`` as a checked numpy array of ``shape``."""
+def _rng_states(env: Any) -> dict[str, Any]:
+    """The states of the env's random number generators: ``np_random`` and the numpy, Python and torch
+    generators among its attributes (also inside lists and tuples), by attribute name."""
+    import random
+
+    def state(value: Any) -> Any:
+        if isinstance(value, np.random.Generator):
+            return value.bit_generator.state
+        if isinstance(value, np.random.RandomState):
+            return value.get_state(legacy=False)
+        if isinstance(value, random.Random):
+            return value.getstate()
+        if type(value).__name__ == "Generator" and hasattr(value, "get_state"):  # torch.Generator
+            return value.get_state().tolist()
+        if isinstance(value, (list, tuple)):
+            states = [state(v) for v in value]
+            return states if any(s is not None for s in states) else None
+        return None
+
+    attributes = dict(vars(env)) if hasattr(env, "__dict__") else {}
+    states = {key: state(value) for key, value in attributes.items()}
+    return {key: value for key, value in states.items() if value is not None}
+
+
+def _changed(before: Any, after: Any) -> bool:
+    try:
+        return not data_equivalence(before, after, exact=True)
+    except Exception:  # states data_equivalence cannot compare
+        return repr(before) != repr(after)
+
+
+def _scores(env: Any, name: str, candidates: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """``env.score_candidates(candidates)`` as a checked numpy array of ``shape``, with no RNG side effect."""
+    before = _rng_states(env)
     try:
         value = env.score_candidates(candidates)
     except Exception as exc:
         raise GroupEnvError(f"{name}.score_candidates raised {type(exc).__name__} {where}: {exc}") from exc
+    after = _rng_states(env)
+    drawn = sorted(key for key in before if key not in after or _changed(before[key], after[key]))
+    if drawn:
+        attrs = ", ".join(f"{name}.{key.lstrip('_') if key == '_np_random' else key}" for key in drawn)
+        raise GroupEnvError(f"{name}.score_candidates {where} drew from the env's random number generator ({attrs}): "
+                            "scoring must have no side effects, and a draw changes what the env does next; compute "
+                            "the scores from the state alone (draw what the context needs in reset)")
     value = _numpy(value)
     call = f"{name}.score_candidates {where}"
     if not isinstance(value, np.ndarray):
@@ -142,11 +183,9 @@ def _scores(env: Any, name: str, candidates: Any, shape: tuple[int, ...], where:
                             f"got {type(value).__name__}")
     if value.shape != shape:
         raise GroupEnvError(f"{call} must return shape {shape} (one score per candidate), got {value.shape}")
-    if not np.issubdtype(value.dtype, np.floating):
-        raise GroupEnvError(f"{call} must return a floating dtype (float32), got {value.dtype}")
-    if warn_dtype and value.dtype != np.float32:
-        warnings.warn(f"{call} returns {value.dtype}; the group API documents float32 (the agents store "
-                      "scores as float32)", UserWarning, stacklevel=4)
+    if value.dtype != np.float32:
+        raise GroupEnvError(f"{call} must return a floating dtype (float32), got {value.dtype}: the group API "
+                            "returns float32 scores (e.g. .astype(np.float32))")
     if not np.all(np.isfinite(value)):
         raise GroupEnvError(f"{call} must return finite scores, got {value.tolist()}")
     return value
@@ -223,7 +262,7 @@ def _check_single(env: gym.Env[Any, Any], k: int | None, seed: int, max_steps: i
     _check_reward_credit(env, name)
     candidates = _candidates(env.action_space, k, seed, None)
     env.reset(seed=seed)
-    _scores(env, name, candidates, (len(candidates),), f"after reset(seed={seed})", warn_dtype=True)
+    _scores(env, name, candidates, (len(candidates),), f"after reset(seed={seed})")
     first = _episode(env, name, seed, candidates, False, max_steps, score=True)
     _compare_episodes(name, seed, first, _episode(env, name, seed, candidates, False, max_steps, score=True),
                       "a second reset with the same seed")
@@ -266,7 +305,7 @@ def _check_vector(env: gym.vector.VectorEnv, k: int | None, seed: int, max_steps
     _check_reward_credit(env, name)
     candidates = _candidates(env.single_action_space, k, seed, n)
     env.reset(seed=seed)
-    _scores(env, name, candidates, candidates.shape, f"after reset(seed={seed})", warn_dtype=True)
+    _scores(env, name, candidates, candidates.shape, f"after reset(seed={seed})")
     first = _episode(env, name, seed, candidates, True, max_steps, score=True)
     _compare_episodes(name, seed, first, _episode(env, name, seed, candidates, True, max_steps, score=True),
                       "a second reset with the same seed")

@@ -38,6 +38,11 @@ exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`,
    group start from the same context (for deterministic resets, e.g. ``CartPole-v1``, the same
    initial observation). The agents form their sequence-level groups on such envs with it.
 
+A single env with the group API but no native vector form (your own :class:`GroupEnv`, such as
+the ``GuessEnv`` of the docs) gets one from :class:`SyncGroupVectorEnv`: a ``SyncVectorEnv`` of its
+copies whose ``score_candidates`` asks each copy, with the ``group_size`` reset option given by
+same-seed resets. The agents roll out per-state candidates (``level="token"``) on such an env in it.
+
 Both kinds may carry ``reward_credit`` (``"step"``, the default, or ``"episode"``) and report the
 episode summary ``info["score"]`` / ``info["error"]`` (see :mod:`tpo_gym.envs`).
 """
@@ -49,11 +54,13 @@ from typing import Any, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from tpo_gym._validation import check_choice, check_int, check_seed
 from tpo_gym.envs._common import MAX_NUM_ENVS
 
-__all__ = ["GroupEnv", "GroupVectorEnv", "score_candidates", "group_rollout_envs", "group_reset"]
+__all__ = ["GroupEnv", "GroupVectorEnv", "SyncGroupVectorEnv", "score_candidates", "group_rollout_envs",
+           "group_reset"]
 
 
 @runtime_checkable
@@ -104,6 +111,61 @@ class GroupVectorEnv(Protocol):
     def score_candidates(self, candidates: Any) -> Any:
         """Reward ``float32 [num_envs, K]`` of K candidate actions per sub-env, no side effects."""
         ...
+
+
+class SyncGroupVectorEnv(gym.vector.SyncVectorEnv):
+    """The vector form of a single group env (:class:`GroupEnv`): a ``SyncVectorEnv`` of its copies with the
+    group API of vector envs (:class:`GroupVectorEnv`), for envs that have no native vector form.
+
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` calls each copy's
+    ``unwrapped.score_candidates`` on its row (a copy waiting for its ``NEXT_STEP`` autoreset scores 0, as
+    stepping it pays). ``reset(seed=s, options={"group_size": G})`` gives sub-env ``i`` the seed
+    ``s + i // G`` (``s`` drawn from the vector env's RNG when ``None``), so each group of G copies starts
+    from one context when the env's context is a function of its seed (what :func:`~tpo_gym.envs.check_group_env`
+    checks); the episodes that follow an autoreset are not shared. A sequence of seeds is passed as it is.
+    ``num_envs % G != 0`` raises ``ValueError``; the other options go to every copy.
+
+    :param env_fns: functions that make the copies (as for ``SyncVectorEnv``).
+    :param kwargs: passed to ``SyncVectorEnv`` (``copy``, ``observation_mode``, ``autoreset_mode``).
+    :raises TypeError: a copy's ``unwrapped`` env has no ``score_candidates``.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env[Any, Any]]], **kwargs: Any) -> None:
+        super().__init__(env_fns, **kwargs)
+        missing = sorted({type(e.unwrapped).__name__ for e in self.envs
+                          if not callable(getattr(e.unwrapped, "score_candidates", None))})
+        if missing:
+            self.close()
+            raise TypeError(f"SyncGroupVectorEnv needs envs with score_candidates (tpo_gym.envs.GroupEnv); "
+                            f"{', '.join(missing)} has none")
+        self.reward_credit = getattr(self.envs[0].unwrapped, "reward_credit", "step")
+
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset every copy; ``options={"group_size": G}`` makes each group of G copies share a seed."""
+        options = dict(options or {})
+        group = options.pop("group_size", None)
+        if group is not None:
+            group = check_int("group_size", group, minimum=1)
+            if self.num_envs % group:
+                raise ValueError(f"group_size must divide num_envs={self.num_envs}, got {group}")
+            if not isinstance(seed, (list, tuple)):
+                start = int(self.np_random.integers(2**31 - 1)) if seed is None else check_int("seed", seed, 0)
+                seed = [start + i // group for i in range(self.num_envs)]
+        return super().reset(seed=seed, options=options or None)
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Scores ``float32 [num_envs, K]`` of the candidates ``[num_envs, K]``, one row per copy."""
+        candidates = np.asarray(candidates)
+        if candidates.ndim != 2 or candidates.shape[0] != self.num_envs:
+            raise ValueError(f"candidates must be an array [num_envs={self.num_envs}, K], got shape {candidates.shape}")
+        scores = np.zeros(candidates.shape, np.float32)
+        waiting = self._autoreset_envs if self.autoreset_mode == AutoresetMode.NEXT_STEP else np.zeros(
+            self.num_envs, np.bool_)
+        for i, env in enumerate(self.envs):
+            if not waiting[i]:
+                scores[i] = np.asarray(env.unwrapped.score_candidates(candidates[i]), dtype=np.float32)
+        return scores
 
 
 def score_candidates(env: gym.Env[Any, Any] | gym.vector.VectorEnv, candidates: Any) -> np.ndarray:

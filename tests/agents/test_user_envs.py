@@ -1,0 +1,217 @@
+"""A user's own env as an SB3 / Gymnasium user passes it (issue 34, items 3 and 4).
+
+Item 3: wrappers that do not record their constructor arguments (a plain ``gym.Wrapper`` subclass) are re-applied
+around the rebuilt rollout envs instead of failing in ``gym.make``, a ``Monitor`` inside other wrappers keeps giving
+the episode statistics, and a wrapper that cannot be re-applied fails at construction with one clear error.
+Item 4: a single env with ``score_candidates`` (one that passes ``check_group_env``) trains at ``level="token"`` in
+a ``SyncGroupVectorEnv`` of its copies, and ``level="auto"`` says which level it chose.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from tpo_gym import CE, TPO
+from tpo_gym.envs import check_group_env
+from tpo_gym.envs.group import SyncGroupVectorEnv
+
+TOKEN = "tpo_gym/TokenReversal-v0"
+SMALL = {"policy_kwargs": {"d_model": 8, "d_ff": 16, "n_layers": 1}}
+
+
+class MyWrap(gym.Wrapper):
+    """The plainest user wrapper: no RecordConstructorArgs, so Gymnasium cannot re-create it from a spec."""
+
+
+class Scale(gym.Wrapper):
+    """A reward wrapper with a constructor argument and state, neither recorded."""
+
+    def __init__(self, env: gym.Env[Any, Any], k: float) -> None:
+        super().__init__(env)
+        self.k, self.steps = k, 0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, self.k * float(reward), terminated, truncated, info
+
+
+class Locked(gym.Wrapper):
+    """A wrapper that can be neither re-created nor copied (it holds a lock)."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.lock = threading.Lock()
+
+
+class GuessEnv(gym.Env):
+    """The docs' example (docs/environments/your-own-task.md): name a hidden digit in one step."""
+
+    def __init__(self) -> None:
+        self.action_space = spaces.Discrete(10)
+        self.observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.digit = int(self.np_random.integers(10))
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        reward = float(action == self.digit)
+        return np.zeros(1, np.float32), reward, True, False, {"score": reward, "error": 1.0 - reward}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        return (np.asarray(candidates) == self.digit).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------
+# item 3: wrappers and Monitor
+# ------------------------------------------------------------------------------------------
+def test_a_plain_user_wrapper_is_reapplied_and_trains_as_the_env_it_wraps() -> None:
+    plain = TPO("MlpPolicy", "CartPole-v1", batch_size=4, seed=0)
+    wrapped = TPO("MlpPolicy", MyWrap(gym.make("CartPole-v1")), batch_size=4, seed=0)
+    for model in (plain, wrapped):
+        model.learn(600)
+    assert all(isinstance(e, MyWrap) for e in wrapped.get_rollout_env().venv.envs)
+    assert wrapped.rollout_source is not None and wrapped.rollout_source.wrapper_names() == ["MyWrap"]
+    assert [h["num_timesteps"] for h in wrapped.history] == [h["num_timesteps"] for h in plain.history]
+    assert [e["r"] for e in wrapped.ep_info_buffer] == [e["r"] for e in plain.ep_info_buffer]
+
+
+def test_a_wrapper_with_unrecorded_arguments_and_state_is_copied_into_every_rollout_env() -> None:
+    env = Scale(gym.make("CartPole-v1"), k=3.0)
+    env.steps = 5
+    model = TPO("MlpPolicy", env, batch_size=4, seed=0)
+    model.learn(100)
+    batch = model.rollout_batch
+    assert batch.returns.tolist() == (3.0 * batch.lengths.float()).tolist()  # the wrapper's reward is trained on
+    copies = model.get_rollout_env().venv.envs
+    assert all(isinstance(e, Scale) and e.k == 3.0 for e in copies)
+    assert len({id(e.env) for e in copies}) == model.n_rollouts  # each copy wraps its own env
+    assert env.steps == 5  # the user's env is not stepped by the rollouts
+
+
+def test_a_plain_user_wrapper_around_a_token_task_trains_at_sequence_level_and_refuses_token() -> None:
+    model = TPO("TransformerPolicy", MyWrap(gym.make(TOKEN)), batch_size=4, group_size=2, seed=0, **SMALL)
+    assert model.level == "sequence"
+    model.learn(2 * model.steps_per_iteration)
+    assert len(model.history) == 2 and len(model.ep_info_buffer) == 2 * model.n_rollouts
+    with pytest.raises(ValueError, match=r"level='token' needs .* this env is wrapped \(MyWrap\)"):
+        TPO("TransformerPolicy", MyWrap(gym.make(TOKEN)), level="token", batch_size=4, group_size=2, **SMALL)
+
+
+def test_a_monitor_inside_other_wrappers_gives_ep_info_buffer_its_statistics(tmp_path: Any) -> None:
+    """SB3 reads its Monitor's "episode" info (make_vec_env puts wrapper_class outside the Monitor): here the
+    Monitor sees the env's own reward, the agent trains on the doubled one."""
+    env = gym.wrappers.TransformReward(Monitor(gym.make("CartPole-v1")), lambda r: 2.0 * r)
+    model = TPO("MlpPolicy", env, batch_size=2, group_size=4, seed=0)
+    model.learn(300)
+    batch = model.rollout_batch
+    last = list(model.ep_info_buffer)[-model.n_rollouts:]
+    assert [e["r"] for e in last] == batch.lengths.float().tolist() == (batch.returns / 2).tolist()
+    venv = make_vec_env("CartPole-v1", n_envs=2, wrapper_class=lambda e: Scale(e, k=2.0),
+                        monitor_dir=str(tmp_path))  # SB3's own recipe: Monitor (with a file) inside the wrapper
+    model = TPO("MlpPolicy", venv, batch_size=4, seed=0)
+    model.learn(300)
+    last = list(model.ep_info_buffer)[-model.n_rollouts:]
+    assert [e["r"] for e in last] == (model.rollout_batch.returns / 2).tolist()
+
+
+def test_an_outermost_monitor_keeps_a_token_task_native_and_fills_ep_info_buffer() -> None:
+    model = TPO("TransformerPolicy", Monitor(gym.make(TOKEN)), batch_size=4, group_size=2, seed=0, **SMALL)
+    assert model.level == "token" and model.get_rollout_env().native
+    model.learn(model.steps_per_iteration)
+    assert [e["r"] for e in model.ep_info_buffer] == model.rollout_batch.returns.tolist()
+
+
+def test_a_dummy_vec_env_of_a_wrapped_env_works() -> None:
+    model = TPO("MlpPolicy", DummyVecEnv([lambda: MyWrap(gym.make("CartPole-v1"))] * 2), batch_size=4, seed=0)
+    model.learn(100)
+    assert isinstance(model.get_rollout_env().venv.envs[0], MyWrap) and model.ep_info_buffer
+
+
+def test_a_wrapper_that_cannot_be_copied_fails_at_construction_naming_it_and_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"cannot copy the wrapper Locked: it does not record its constructor "
+                                        r"arguments .*RecordConstructorArgs.* register an env id"):
+        TPO("MlpPolicy", Locked(gym.make("CartPole-v1")), batch_size=4)
+
+
+def test_a_subproc_vec_env_with_an_unrecorded_wrapper_is_refused_naming_it() -> None:
+    venv = SubprocVecEnv([lambda: MyWrap(gym.make("CartPole-v1"))], start_method="fork")
+    try:
+        with pytest.raises(ValueError, match=r"the wrapper\(s\) MyWrap do not record their constructor arguments.*"
+                                             r"Pass the wrapped env itself or a DummyVecEnv"):
+            TPO("MlpPolicy", venv, batch_size=4)
+    finally:
+        venv.close()
+
+
+# ------------------------------------------------------------------------------------------
+# item 4: a single group env at token level, and what level="auto" chose
+# ------------------------------------------------------------------------------------------
+def test_a_single_env_that_passes_check_group_env_trains_at_token_level() -> None:
+    check_group_env(GuessEnv())
+    model = TPO("MlpPolicy", GuessEnv(), level="token", batch_size=8, group_size=4, seed=0)
+    assert model.grouping is not None and model.grouping.kind == "candidates"
+    venv = model.get_rollout_env().venv
+    assert isinstance(venv, SyncGroupVectorEnv) and venv.num_envs == 8
+    model.learn(3 * model.steps_per_iteration)
+    batch = model.rollout_batch
+    assert len(model.history) == 3 and batch.candidate_scores is not None
+    assert batch.candidate_scores[:, :, 0].tolist() == batch.rewards.tolist()  # candidate 0 is the action taken
+    digits = [e.unwrapped.digit for e in venv.envs]
+    expected = (batch.candidates[:, 0] == np.asarray(digits)[:, None]).float()
+    assert batch.candidate_scores[:, 0].tolist() == expected.tolist()
+    CE("MlpPolicy", GuessEnv(), batch_size=8, seed=0).learn(16)  # the oracle scores every action the same way
+
+
+def test_a_registered_single_group_env_without_a_vector_form_trains_at_token_level() -> None:
+    gym.register("test_user_envs/Guess-v0", entry_point=GuessEnv)
+    try:
+        model = TPO("MlpPolicy", "test_user_envs/Guess-v0", batch_size=4, group_size=2, seed=0)
+        assert model.level == "token"
+        model.learn(model.steps_per_iteration)
+        assert isinstance(model.get_rollout_env().venv, SyncGroupVectorEnv)
+    finally:
+        gym.registry.pop("test_user_envs/Guess-v0")
+
+
+def test_level_auto_prints_the_level_it_chose_with_verbose(capsys: pytest.CaptureFixture[str]) -> None:
+    token = TPO("MlpPolicy", GuessEnv(), batch_size=4, group_size=2, verbose=1)
+    sequence = TPO("MlpPolicy", "CartPole-v1", batch_size=4, verbose=1)
+    out = capsys.readouterr().out
+    assert (token.level, sequence.level) == ("token", "sequence")
+    assert "Using level='token' (K candidates scored per state: GuessEnv has score_candidates)" in out
+    assert "Using level='sequence' (K same-seed rollouts per context: CartPole-v1 has no score_candidates)" in out
+    TPO("MlpPolicy", GuessEnv(), batch_size=4, group_size=2)
+    assert "Using level" not in capsys.readouterr().out  # verbose=0 prints nothing, as SB3
+
+
+def test_level_token_without_score_candidates_says_what_is_missing() -> None:
+    with pytest.raises(ValueError, match=r"CartPole-v1 has no score_candidates method \(give its class "
+                                         r"score_candidates\(candidates\) -> float32 \[K\].*level='sequence'"):
+        TPO("MlpPolicy", "CartPole-v1", level="token")
+    wrapped = gym.wrappers.TransformReward(GuessEnv(), lambda r: r)  # a wrapper may change rewards: no scoring
+    with pytest.raises(ValueError, match=r"this env is wrapped \(TransformReward\)"):
+        TPO("MlpPolicy", wrapped, level="token", batch_size=4, group_size=2)
+
+
+def test_sync_group_vector_env_is_a_checked_vector_form_of_a_single_group_env() -> None:
+    venv = SyncGroupVectorEnv([GuessEnv] * 4)
+    check_group_env(venv)
+    obs, _ = venv.reset(seed=3, options={"group_size": 2})
+    digits = [e.unwrapped.digit for e in venv.envs]
+    assert digits[0] == digits[1] and digits[2] == digits[3]
+    with pytest.raises(ValueError, match=r"group_size must divide num_envs=4, got 3"):
+        venv.reset(seed=0, options={"group_size": 3})
+    with pytest.raises(TypeError, match=r"needs envs with score_candidates .*CartPoleEnv has none"):
+        SyncGroupVectorEnv([lambda: gym.make("CartPole-v1")])
