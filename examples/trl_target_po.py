@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-completion-length", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--eta", type=float, default=1.0)
+    parser.add_argument("--summed-log-probs", action="store_true",
+                        help="the paper's summed sequence log-probs (default: length_normalize=True, per-token means, "
+                             "which keeps TPO's target from collapsing onto p_old over completions of different lengths)")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPUs)")
     parser.add_argument("--output-dir", default="runs/trl-target-po")
     parser.add_argument("--report-dir", default=None, help="write each rank's world size and weight checksum here")
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                   **config)
     reward = reasoning_gym_reward(args.task, size=args.size, prompt_format=args.prompt_format, **config)
     training = TargetPOConfig(
-        output_dir=args.output_dir, eta=args.eta, num_generations=args.num_generations,
+        output_dir=args.output_dir, eta=args.eta, length_normalize=not args.summed_log_probs,
+        num_generations=args.num_generations,
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         max_completion_length=args.max_completion_length, learning_rate=args.learning_rate,
         max_steps=args.steps, logging_steps=1, save_strategy="no", report_to="none", bf16=args.bf16,
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     summary = {"model": args.model, "task": args.task, "steps": len(logs), "target_update": trainer.target_update,
-               "reward": [round(h["reward"], 4) for h in logs]}
+               "length_normalize": training.length_normalize, "reward": [round(h["reward"], 4) for h in logs]}
     if args.report_dir is not None:
         import hashlib
         import pathlib

@@ -314,6 +314,7 @@ def test_example_script_runs_on_the_tiny_model(tmp_path: Path) -> None:
     summary = module.main(["--steps", "1", "--num-generations", "4", "--prompts-per-step", "1",
                            "--max-completion-length", "6", "--size", "20", "--output-dir", str(tmp_path)])
     assert summary["steps"] == 1 and summary["target_update"] == "groups" and len(summary["reward"]) == 1
+    assert summary["length_normalize"] is True, "the example avoids the collapsed target by default"
 
 
 def test_example_under_torchrun_is_one_run_of_two_processes(tmp_path: Path) -> None:
