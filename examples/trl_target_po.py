@@ -72,8 +72,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--eta", type=float, default=1.0)
     parser.add_argument("--summed-log-probs", action="store_true",
-                        help="the paper's summed sequence log-probs (default: length_normalize=True, per-token means, "
-                             "which keeps TPO's target from collapsing onto p_old over completions of different lengths)")
+                        help="the paper's summed sequence log-probs (default: length_normalize=True, per-token "
+                             "means, which keeps TPO's target from collapsing onto p_old over completions of "
+                             "different lengths)")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPUs)")
     parser.add_argument("--output-dir", default="runs/trl-target-po")
     parser.add_argument("--report-dir", default=None, help="write each rank's world size and weight checksum here")
