@@ -252,3 +252,23 @@ def test_render_mode_is_checked_and_none_renders_nothing() -> None:
     env.reset(seed=0)
     with pytest.warns(UserWarning, match="without specifying any render mode"):
         assert env.render() is None
+
+
+def test_check_group_env_reads_the_summary_from_final_info_under_same_step() -> None:
+    """Under SAME_STEP the ended episodes' score / error are in info["final_info"]: checked, no warning."""
+    from tpo_gym.envs import check_group_env
+
+    venv = gym.make_vec("tpo_gym/Bandit-v0", 4, vectorization_mode="vector_entry_point", autoreset_mode="SameStep")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_group_env(venv)
+
+
+def test_an_agent_takes_a_same_step_vector_env() -> None:
+    """The agent rebuilds its rollouts from the spec without the vector-only autoreset_mode."""
+    from tpo_gym import TPO
+
+    venv = gym.make_vec("tpo_gym/Bandit-v0", 4, vectorization_mode="vector_entry_point", autoreset_mode="SameStep")
+    model = TPO("MlpPolicy", venv, batch_size=4, seed=0)
+    model.learn(model.steps_per_iteration)
+    assert len(model.history) == 1 and np.isfinite(model.history[0]["loss"])

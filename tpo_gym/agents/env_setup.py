@@ -43,7 +43,7 @@ def resolve_env(env: Any, who: str) -> tuple[GymEnv | None, RolloutSource | None
                 f"{who} got a Gymnasium VectorEnv without a spec; pass the single env, its id, "
                 "or a vector env made by gym.make_vec (rollouts are rebuilt from the env spec)"
             )
-        vector_only = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
+        vector_only = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers", "autoreset_mode")
         spec = dataclasses.replace(spec, kwargs={k: v for k, v in spec.kwargs.items() if k not in vector_only})
         return gym.make(spec), RolloutSource.from_spec(spec)
     if isinstance(env, VecEnvWrapper):

@@ -316,7 +316,10 @@ def _check_vector(env: gym.vector.VectorEnv, k: int | None, seed: int, max_steps
 
 
 def _check_vector_summary(name: str, ended: np.ndarray, info: dict[str, Any], max_steps: int) -> None:
-    """``info["score"]`` / ``info["error"]`` with their masks at the first step that ends an episode."""
+    """``info["score"]`` / ``info["error"]`` with their masks at the first step that ends an episode (under
+    ``AutoresetMode.SAME_STEP`` the ended episodes' info is ``info["final_info"]``, as in SyncVectorEnv)."""
+    if "final_info" in info and not any(key in info for key in ("score", "error")):
+        info = info["final_info"]
     if not ended.any():
         warnings.warn(f"{name}: no episode ended within max_steps={max_steps}; info['score'] / info['error'] were "
                       "not checked", UserWarning, stacklevel=4)
