@@ -606,6 +606,30 @@ def test_logs_show_tpo_numbers_and_the_native_diagnostics(tmp_path: Path, update
     assert math.isclose(evaluation["eval_loss"], cross_entropy, rel_tol=1e-4) and evaluation["eval_loss"] > 0
 
 
+def _reward_zero(completions: list[str], **kwargs: Any) -> list[float]:
+    """The same reward for every completion: no group has winners, losers or informative groups."""
+    return [0.0 for _ in completions]
+
+
+@pytest.mark.parametrize("update", ["groups", "weights"])
+def test_a_step_without_winners_logs_numbers_or_nothing(tmp_path: Path, update: str) -> None:
+    prompts = ["say a\n>", "say b\n>"]
+    trainer, _ = _trainer(tiny_llama(seed=0), tmp_path, prompts=prompts, reward=_reward_zero, target_update=update,
+                          max_steps=2)
+    trainer.train()
+    evaluation = trainer.evaluate(_dataset(prompts, 2))
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(steps) == 2
+    for logged in [*trainer.state.log_history, evaluation]:
+        bad = {key: value for key, value in logged.items()
+               if not isinstance(value, int | float) or not math.isfinite(value)}
+        assert not bad, bad  # None / NaN would be dropped by TensorBoard with a warning
+    for logged in steps:  # no winners, losers or informative groups: the keys are left out
+        assert not {"mean_q_winners", "mean_q_losers", "collapsed_target_fraction"} & set(logged)
+        assert logged["target/zero_variance_fraction"] == 1.0
+    assert "eval_mean_q_winners" not in evaluation and "eval_loss" in evaluation
+
+
 # ---------------------------------------------------------------------------------------------
 # no silently ignored GRPO option
 # ---------------------------------------------------------------------------------------------

@@ -74,8 +74,10 @@ ratio TPO would ignore.
   surrogate and reports the cross-entropy at :math:`\theta_{old}`, where it is exact); always >= 0
   with ``beta = 0``.
 * ``mean_q_winners`` / ``mean_q_losers``: mean ``q`` of the completions above / below their group's
-  mean reward; ``all_fail_fraction`` / ``any_success_fraction``: groups whose best reward is <= 0 /
-  >= 1 (the native loop's diagnostics, same names); ``target/zero_variance_fraction``,
+  mean reward (a log step with no such completion leaves the key out, as ``collapsed_target_fraction``
+  does one with no informative group: every logged value is a number, never ``None``);
+  ``all_fail_fraction`` / ``any_success_fraction``: groups whose best reward is <= 0 / >= 1 (the native
+  loop's diagnostics, same names); ``target/zero_variance_fraction``,
   ``target/entropy_q``, ``target/entropy_p_old``, ``target/max_q``; ``collapsed_target_fraction``
   (:func:`tpo_gym.agents.tpo.collapsed_target_fraction`: informative groups whose best completions get
   q <= 0.01; when it is above one half in a training step, a ``UserWarning``, once per trainer, names
@@ -142,6 +144,7 @@ OVERRIDDEN_TRL_METHODS: dict[str, tuple[str, ...]] = {
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
     "_prepare_inputs": ("self", "generation_batch"),
     "_compute_loss": ("self", "model", "inputs"),
+    "log": ("self", "logs", "start_time"),
     "_get_per_token_logps_and_entropies": (
         "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
         "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
@@ -519,6 +522,19 @@ class TargetPOTrainer(GRPOTrainer):
             index = self._table_start + int(row)
             if 0 <= index < len(column):
                 column[index] = value
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's ``log``, averaging only numbers: NaN entries (a step with no winners, no losers or no
+        informative group) are dropped, and a metric with none left is left out of that log step rather
+        than logged as ``None`` (which TensorBoard and JSON loggers refuse)."""
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for key in list(metrics):
+            numbers = [v for v in metrics[key] if v is not None and not math.isnan(v)]
+            if numbers:
+                metrics[key] = numbers
+            else:
+                del metrics[key]
+        super().log(logs, start_time)
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not self.model.training or self.target_update != "groups":
