@@ -47,7 +47,7 @@ def test_claim_best_of_several_methods_and_among() -> None:
 
 def test_claim_best_names_the_methods_it_ties_with() -> None:
     verdict = _verdict([{"test": "best", "metric": "steps", "method": "GRPO", "settings": ["H=5"]}])
-    assert verdict.status == C.HOLDS
+    assert verdict.status == C.TIE
     assert verdict.evidence[0].endswith("(tied with PPO)")
     assert "tied" not in _verdict([{"test": "best", "metric": "steps", "method": "TPO",
                                     "settings": ["bandit"], "among": ["GRPO"]}]).evidence[0]
@@ -66,8 +66,43 @@ def test_claim_worst_order_bounds_and_never() -> None:
     assert _verdict([{"test": "never", "metric": "steps", "method": "TPO"}]).status == C.FAILS
 
 
-def test_claim_ties_count_as_holding() -> None:
-    assert _verdict([{"test": "best", "metric": "final", "methods": ["GRPO"], "settings": ["H=5"]}]).status == C.HOLDS
+def test_a_claim_decided_by_a_tie_says_tie_not_holds() -> None:
+    # GRPO and PPO both 0.0 at H=5: GRPO is not better than PPO, only as good
+    best = _verdict([{"test": "best", "metric": "final", "methods": ["GRPO"], "settings": ["H=5"]}])
+    assert best.status == C.TIE == "tie" and best.evidence[0].endswith("(tied with PPO)")
+    worst = _verdict([{"test": "worst", "metric": "final", "method": "PPO", "among": ["GRPO"], "settings": ["H=5"]}])
+    assert worst.status == C.TIE
+    order = _verdict([{"test": "order", "metric": "steps", "methods": ["GRPO", "PPO", "TPO"], "settings": ["H=5"]}])
+    assert order.status == C.TIE and order.evidence[0].endswith("(tied: GRPO = PPO)")
+    # ties among the named methods themselves decide nothing: GRPO and PPO together beat TPO and DG
+    assert _verdict([{"test": "best", "metric": "final", "methods": ["GRPO", "PPO"],
+                      "settings": ["H=5"]}]).status == C.HOLDS
+    # claims: a failing check still fails; a tie with checks that hold is a tie; a tie with untested ones too
+    tie = {"test": "best", "metric": "final", "method": "GRPO", "settings": ["H=5"]}
+    assert _verdict([tie, {"test": "worst", "metric": "steps", "method": "DG", "settings": ["H=5"]}]).status == C.TIE
+    assert _verdict([tie, {"test": "never", "metric": "steps", "method": "TPO"}]).status == C.FAILS
+    assert _verdict([tie, {"test": "best", "metric": "steps", "method": "TPO", "settings": ["V=16"]}]).status == C.TIE
+
+
+def _verdict_on(values: dict[tuple[str, str], float], check: dict) -> C.Verdict:
+    """The verdict of one check on final values ``{(method, setting): value}``."""
+    ran: dict[str, list[str]] = {}
+    for method, setting in values:
+        ran.setdefault(setting, []).append(method)
+    return C.evaluate_claim({"text": "t", "checks": [check]}, METRICS, ran,
+                            lambda metric, m, s: C.Stat(values[(m, s)]) if (m, s) in values else None, R._fmt_stat)
+
+
+def test_one_tied_setting_makes_the_check_a_tie_and_worst_setting_ties() -> None:
+    tied_in_a = {("TPO", "a"): 1.0, ("GRPO", "a"): 1.0, ("TPO", "b"): 1.0, ("GRPO", "b"): 2.0}
+    verdict = _verdict_on(tied_in_a, {"test": "best", "metric": "final", "method": "TPO"})
+    assert verdict.status == C.TIE and verdict.evidence[0].endswith("(tied with GRPO)")
+    assert "tied" not in verdict.evidence[1]
+    shared = {("TPO", "a"): 2.0, ("TPO", "b"): 2.0, ("TPO", "c"): 1.0}
+    verdict = _verdict_on(shared, {"test": "worst_setting", "metric": "final", "method": "TPO", "setting": "a"})
+    assert verdict.status == C.TIE and verdict.evidence[0].endswith("(tied with b)")
+    assert _verdict_on({**shared, ("TPO", "a"): 3.0}, {"test": "worst_setting", "metric": "final", "method": "TPO",
+                                                       "setting": "a"}).status == C.HOLDS
 
 
 def test_claim_paper_and_worst_setting() -> None:

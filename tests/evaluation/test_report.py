@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,6 +185,98 @@ def test_subset_report_omits_claims_about_methods_it_did_not_run(tmp_path: Path)
     assert "3 more claim(s) of the full preset concern methods or settings this run did not" in section
 
 
+def _synthetic(tmp_path: Path, **changes: Any) -> Any:
+    """CLAIMS_PRESET (with ``changes``) loaded, its runs not run: the sections are fed hand-made cells."""
+    return load_preset(str(write_preset(tmp_path, {**CLAIMS_PRESET, **changes})))
+
+
+def _cell(method: str, setting: str, finals: list[float]) -> Any:
+    """A cell whose seeds log ``error`` 1.0 at step 0 and ``finals[i]`` at step 1."""
+    return R.Cell(method, setting, seeds=list(range(len(finals))),
+                  rows=[[{"step": 0, "error": 1.0}, {"step": 1, "error": f}] for f in finals])
+
+
+def test_summary_csv_names_units_and_pandas_reads_its_numbers_as_floats(tmp_path: Path) -> None:
+    import io
+
+    import pandas as pd
+
+    preset = _synthetic(tmp_path, paper={"steps_to_1pct": {"TPO": {"bandit": "-"}, "DG": {"bandit": 12}},
+                                         "final_error": {"TPO": {"bandit": 0.5}, "DG": {"bandit": ">99"}}})
+    cells = {(m, s): _cell(m, s, [0.1, 0.2]) for m, s in
+             [("TPO", "bandit"), ("DG", "bandit"), ("PG", "bandit"), ("TPO", "multi")]}
+    cells[("PG", "bandit")] = R.Cell("PG", "bandit")  # not run yet: no data
+    values = {("steps_to_1pct", "TPO", "bandit"): C.Stat(None), ("steps_to_1pct", "DG", "bandit"): C.Stat(12.0, 1.5),
+              ("steps_to_1pct", "PG", "bandit"): C.Stat(math.nan), ("steps_to_1pct", "TPO", "multi"): C.Stat(7.0),
+              ("final_error", "TPO", "bandit"): C.Stat(0.5, 0.1), ("final_error", "DG", "bandit"): C.Stat(99.5, 0.2),
+              ("final_error", "PG", "bandit"): C.Stat(math.nan), ("final_error", "TPO", "multi"): C.Stat(3.0, 0.5)}
+    frame = pd.read_csv(io.StringIO(R._summary_csv(preset, cells, values)))
+    assert "final_error_pct" in frame and "final_error" not in frame  # the unit in the name
+    assert {"steps_to_1pct", "steps_to_1pct_reached", "final_error_pct_paper_text"} <= set(frame.columns)
+    for column in ("steps_to_1pct", "steps_to_1pct_se", "steps_to_1pct_paper", "final_error_pct",
+                   "final_error_pct_se", "final_error_pct_paper", "n_ok"):
+        assert pd.api.types.is_numeric_dtype(frame[column]), (column, frame[column].dtype)
+    rows = frame.set_index(["method", "setting"])
+    tpo, dg, pg = rows.loc[("TPO", "bandit")], rows.loc[("DG", "bandit")], rows.loc[("PG", "bandit")]
+    assert math.isnan(tpo["steps_to_1pct"]) and tpo["steps_to_1pct_reached"] in (False, "False")  # never reached
+    assert dg["steps_to_1pct"] == 12.0 and dg["steps_to_1pct_reached"] in (True, "True")
+    assert math.isnan(pg["steps_to_1pct"]) and pd.isna(pg["steps_to_1pct_reached"])  # no data: neither
+    assert tpo["steps_to_1pct_paper_text"] == "-" and math.isnan(tpo["steps_to_1pct_paper"])
+    assert dg["steps_to_1pct_paper"] == 12.0 and pd.isna(dg["steps_to_1pct_paper_text"])
+    assert dg["final_error_pct_paper_text"] == ">99" and tpo["final_error_pct_paper"] == 0.5
+    assert math.isnan(rows.loc[("TPO", "multi")]["steps_to_1pct_se"])
+    assert str(rows.loc[("TPO", "bandit")]["final_error_pct_within_2se"]) == "True"
+
+
+def test_summary_column_and_units_are_validated(tmp_path: Path) -> None:
+    from tpo_gym.evaluation import metrics as M
+    from tpo_gym.evaluation.presets import PresetError
+
+    assert M.summary_column({"id": "final_error", "unit": "%"}) == "final_error_pct"
+    assert M.summary_column({"id": "error_pct", "unit": "%"}) == "error_pct"
+    assert M.summary_column({"id": "wall", "unit": "s"}) == "wall_s"
+    assert M.summary_column({"id": "steps_to_1pct"}) == "steps_to_1pct"
+    metrics = CLAIMS_PRESET["metrics"]
+    for bad, match in (([{**metrics[0], "unit": "?"}, metrics[1]], "unit must be a string"),
+                       ([metrics[0], {"id": "final_error_pct", "type": "final", "key": "error"}], "share a name")):
+        with pytest.raises(PresetError, match=match):
+            _synthetic(tmp_path, metrics=bad, paper_claims=[])
+
+
+def test_iqm_over_settings_of_different_scales_is_min_max_normalised_per_setting(tmp_path: Path) -> None:
+    from tpo_gym.evaluation import metrics as M
+
+    settings = [CLAIMS_PRESET["settings"][0], {**CLAIMS_PRESET["settings"][1], "methods": ["TPO", "DG"]}]
+    preset = _synthetic(tmp_path, settings=settings, metrics=CLAIMS_PRESET["metrics"][:1], paper_claims=[])
+    finals = {"bandit": {"TPO": [1e-6, 2e-6], "DG": [3e-6, 4e-6], "PG": [5e-6, 6e-6]},  # errors of 0.0001%
+              "multi": {"TPO": [0.37, 0.38], "DG": [0.30, 0.31]}}  # errors of 37%
+    cells = {(m, s): _cell(m, s, v) for s, by in finals.items() for m, v in by.items()}
+    text = "\n".join(R._aggregate(preset, cells))
+    assert "min-max normalised per setting" in text and "rliable normalises scores per task" in text
+    assert "| Method | over 2 settings, min-max normalised | over bandit |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| TPO |")).split("|")
+    # per setting: (value - lowest) / (highest - lowest) over every seed of the methods the column compares
+    bandit = (np.array(finals["bandit"]["TPO"]) - 1e-6) / 3e-6
+    multi = (np.array(finals["multi"]["TPO"]) - 0.30) / 0.08
+    want = M.iqm(np.concatenate([bandit, multi]))
+    assert row[2].strip().startswith(f"{want:.3g} ["), (row, want)
+    assert row[3].strip().startswith(f"{M.iqm(100 * np.array(finals['bandit']['TPO'])):.3g} [")  # one setting: %
+    same = R._min_max_normalised({"A": {"s": np.array([2.0, np.nan])}}, ["s"], ["A"])["A"]["s"]
+    assert same[0] == 0.0 and np.isnan(same[1])  # all equal: 0; a seed without data stays NaN
+
+
+def test_a_claim_decided_by_a_tie_reads_tie_in_the_report(tmp_path: Path) -> None:
+    preset = _synthetic(tmp_path, paper_claims=[
+        {"text": "TPO beats DG.", "checks": [{"test": "best", "metric": "final_error", "method": "TPO",
+                                              "among": ["DG"], "settings": ["bandit"]}]}])
+    cells = {(m, "bandit"): _cell(m, "bandit", [0.0]) for m in ("TPO", "DG", "PG")}
+    cells[("TPO", "multi")] = _cell("TPO", "multi", [0.0])
+    values = {("final_error", m, "bandit"): C.Stat(0.0, 0.0) for m in ("TPO", "DG", "PG")}
+    section = "\n".join(R._claims(preset, ["TPO", "DG", "PG"], cells, values))
+    assert "- **tie** — TPO beats DG." in section and "**holds**" not in section
+    assert "(tied with DG)" in section and "**tie**: nothing contradicts the claim" in section
+
+
 def test_iqm_compares_methods_over_common_settings(claims_report: Path) -> None:
     groups = R._setting_groups(["TPO", "DG", "PG"], {"TPO": ["bandit", "multi"], "DG": ["bandit"],
                                                      "PG": ["bandit"]})
@@ -340,7 +433,8 @@ def test_claims_are_checked_under_each_setup_side_by_side(tmp_path: Path) -> Non
     assert "| Claim | reference | tuned |" in table
     row = next(line for line in table.splitlines() if line.startswith("| Fig. 3a"))
     verdicts = [c.strip() for c in row.strip("|").split("|")[1:]]
-    assert len(verdicts) == 2 and all(v in ("holds", "does not hold", "holds where tested") for v in verdicts), row
+    assert len(verdicts) == 2 and all(v in ("holds", "tie", "does not hold", "holds where tested")
+                                      for v in verdicts), row
     for setup, verdict in zip(("reference", "tuned"), verdicts, strict=True):
         assert f"**{verdict}** — Fig. 3a: TPO and DG converge fastest; GRPO and PG plateau at higher error. " \
                f"[{setup} setup]" in text

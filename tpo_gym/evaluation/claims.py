@@ -10,10 +10,11 @@ Tests (``check["test"]``):
 
 ``best`` / ``worst``
     the named ``method`` (or ``methods``) have the best / worst values among ``among`` (default:
-    every method of the setting that has data); ties count as holding, and the evidence
-    names the methods tied with the named one.
+    every method of the setting that has data); a named method whose value equals another's
+    (and beats the rest) is a tie: the check reads ``tie``, and the evidence names the methods tied
+    with the named one.
 ``order``
-    the named ``methods`` are in order from best to worst.
+    the named ``methods`` are in order from best to worst (two equal neighbours: a tie).
 ``below`` / ``above``
     every named method's value is strictly below / above ``value``.
 ``never``
@@ -21,7 +22,11 @@ Tests (``check["test"]``):
 ``paper``
     every named method's value is within 2 s.e. of the paper's number for that cell.
 ``worst_setting``
-    for the one named method, ``setting`` has the highest value among ``settings``.
+    for the one named method, ``setting`` has the highest value among ``settings`` (shared with
+    another setting: a tie).
+
+A claim holds when every check holds; it is a ``tie`` when nothing fails and some check rests on
+equal values (a tie), so a claim is never said to hold on a tie.
 
 A check runs over ``settings`` (default: every setting of the run in which the named methods ran).
 The metric is ``metric`` (a preset metric id, or an inline ``{"type", "key", ...}`` where type
@@ -39,7 +44,7 @@ from typing import Any
 
 from tpo_gym.evaluation import metrics as M
 
-__all__ = ["HOLDS", "FAILS", "PARTLY", "UNTESTED", "Stat", "Verdict", "check_metric", "claim_methods",
+__all__ = ["HOLDS", "FAILS", "PARTLY", "TIE", "UNTESTED", "Stat", "Verdict", "check_metric", "claim_methods",
            "evaluate_claim", "higher_is_better", "mentioned_methods", "metric_label"]
 
 #: A claim's status: every check of it holds on this run's numbers.
@@ -50,6 +55,9 @@ FAILS = "does not hold"
 PARTLY = "holds where tested"
 #: A claim's status: no check of it could be made on this run.
 UNTESTED = "not tested here"
+#: A claim's status: no check fails, but one is decided by equal values (the named method ties with
+#: another for best / worst, two methods of an order are equal, or two settings share the worst value).
+TIE = "tie"
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ def _named(check: Mapping[str, Any]) -> list[str]:
 
 def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[str, Sequence[str]],
                lookup: Lookup, fmt: Formatter, paper: Callable[[str, str, str], Any]) -> tuple[str, list[str]]:
-    """``(status, evidence lines)`` of one check; status HOLDS, FAILS or UNTESTED."""
+    """``(status, evidence lines)`` of one check; status HOLDS, TIE, FAILS, PARTLY or UNTESTED."""
     test = check["test"]
     named = _named(check)
     wanted = list(check.get("settings", [])) or [s for s in ran if all(m in ran[s] for m in named)]
@@ -177,8 +185,12 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
         if any(v is None for v in stats.values()) or check["setting"] not in stats:
             return UNTESTED, [f"no data for {method} in every setting"]
         worst = max(rank(v) for v in stats.values())
-        ok = rank(stats[check["setting"]]) >= worst
+        edge = rank(stats[check["setting"]])
+        ok = edge >= worst
+        ties = [s for s, v in stats.items() if s != check["setting"] and rank(v) == edge]
         line = f"{method}: " + ", ".join(f"{s} {fmt(v, metric)}" for s, v in stats.items())
+        if ok and ties:
+            return TIE, [line + f" (tied with {', '.join(ties)})"]
         return (HOLDS if ok else FAILS), [line]
 
     results, lines = [], []
@@ -206,6 +218,7 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
             ranks = [rank(stats[m]) for m in named]
             ok = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
             shown = (" ≥ " if sign < 0 else " ≤ ").join(show(m, stats[m]) for m in named)
+            equal = [f"{a} = {b}" for a, b, x, y in zip(named, named[1:], ranks, ranks[1:], strict=False) if x == y]
         elif test == "below":
             ok = all(stats[m].rank < float(check["value"]) for m in named)
             shown += f" (bound: below {check['value']:g})"
@@ -226,21 +239,32 @@ def _run_check(check: Mapping[str, Any], metric: dict[str, Any], ran: Mapping[st
             lines.append(f"{setting}: nothing to compare with ({shown or 'no data'})")
             results.append(UNTESTED)
             continue
-        results.append(HOLDS if ok else FAILS)
         tied = ""
         if ok and test in ("best", "worst"):
             edge = (max if test == "best" else min)(rank(stats[m]) for m in named)
             ties = [m for m, v in stats.items() if m not in named and rank(v) == edge]
             tied = f" (tied with {', '.join(ties)})" if ties else ""
+        elif ok and test == "order" and equal:
+            tied = f" (tied: {', '.join(equal)})"
+        results.append((TIE if tied else HOLDS) if ok else FAILS)
         lines.append(f"{setting}: {shown}" + tied + ("" if ok else " ✗"))
     if missing:
         lines.append(f"not run here: {', '.join(missing)}")
         results.append(UNTESTED)
-    if FAILS in results:
-        return FAILS, lines
-    if all(r == HOLDS for r in results):
-        return HOLDS, lines
-    return (PARTLY if HOLDS in results else UNTESTED), lines
+    return _combine(results), lines
+
+
+def _combine(statuses: Sequence[str]) -> str:
+    """The status of several results (a check's settings, a claim's checks): any failure fails; else a tie
+    anywhere is a tie (a claim never holds on equal values); else it holds if all hold, holds where tested
+    if some do, and is not tested if none could be made."""
+    if FAILS in statuses:
+        return FAILS
+    if TIE in statuses:
+        return TIE
+    if all(s == HOLDS for s in statuses):
+        return HOLDS
+    return PARTLY if any(s in (HOLDS, PARTLY) for s in statuses) else UNTESTED
 
 
 def evaluate_claim(claim: Mapping[str, Any] | str, metrics: Sequence[Mapping[str, Any]],
@@ -262,15 +286,7 @@ def evaluate_claim(claim: Mapping[str, Any] | str, metrics: Sequence[Mapping[str
         statuses.append(status)
         label = _describe(check, metric)
         evidence.extend(f"{label}: {line}" for line in lines)
-    if FAILS in statuses:
-        status = FAILS
-    elif all(s == HOLDS for s in statuses):
-        status = HOLDS
-    elif any(s in (HOLDS, PARTLY) for s in statuses):
-        status = PARTLY
-    else:
-        status = UNTESTED
-    return Verdict(status, evidence)
+    return Verdict(_combine(statuses), evidence)
 
 
 def _describe(check: Mapping[str, Any], metric: Mapping[str, Any]) -> str:

@@ -12,7 +12,9 @@ Conventions
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,27 @@ INITIAL = METRIC_TYPES[2]
 RATIO = METRIC_TYPES[3]
 #: The metric types a preset's tables may use (all but ``"ratio"``, which only a claim's inline metric may use).
 TABLE_METRIC_TYPES = (STEPS_TO_THRESHOLD, FINAL, INITIAL)
+
+
+#: ``summary.csv`` column suffixes of metric units (a preset metric's ``"unit"``); another unit is spelled out
+#: in lower case, its non-word characters as ``_`` (``"s"`` -> ``_s``).
+UNIT_SUFFIXES = {"%": "pct"}
+
+
+def unit_suffix(unit: str) -> str:
+    """The column suffix of ``unit`` (``"%"`` -> ``"pct"``); ``""`` when it has no letter or digit to spell."""
+    return UNIT_SUFFIXES.get(unit) or re.sub(r"\W+", "_", unit).strip("_").lower()
+
+
+def summary_column(metric: Mapping[str, Any]) -> str:
+    """The ``summary.csv`` column of ``metric``: its id with its unit (``final_error`` in ``%`` ->
+    ``final_error_pct``); a metric without a unit (steps to a threshold, a misalignment, a score) keeps its id,
+    as does an id that already ends with the unit's suffix."""
+    unit = metric.get("unit")
+    suffix = unit_suffix(unit) if unit else ""
+    if not suffix or metric["id"].endswith(f"_{suffix}"):
+        return metric["id"]
+    return f"{metric['id']}_{suffix}"
 
 
 def seed_mean_curve(curves: np.ndarray) -> np.ndarray:

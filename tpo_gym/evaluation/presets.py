@@ -11,7 +11,8 @@ the subset of methods run in this setting.
 (``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``), ``kwargs`` extra
 arguments of that method.
 ``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final" | "initial", "key", "threshold"?, "scale"?,
-"unit"?, "paper_dash"?, "better"?, "window"?}``; the first is the headline. ``better``: ``"lower"``
+"unit"?, "paper_dash"?, "better"?, "window"?}``; the first is the headline. ``unit``: ``"%"`` or a word, which
+names the summary.csv column (``final_error`` in ``%``: ``final_error_pct``). ``better``: ``"lower"``
 (default) or ``"higher"`` (scores); ``window``: a final metric's per-seed mean over the last N logged values.
 ``paper`` -- ``{metric_id: {method: {setting: value}}}``: a number, ``"-"`` (the paper's dash:
 never reached / above ``paper_dash``), a bound ``">99"`` / ``"<2.3"``, or ``null`` (not reported).
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
-from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD
+from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD, summary_column, unit_suffix
 from tpo_gym.evaluation.metrics import METRIC_TYPES as _INLINE_METRIC_TYPES
 from tpo_gym.evaluation.metrics import TABLE_METRIC_TYPES as _METRIC_TYPES
 
@@ -544,9 +545,17 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
         dash = mt.get("paper_dash", "never")
         if dash != "never" and not (isinstance(dash, str) and _PAPER_STR.match(dash) and dash != "-"):
             _fail(source, f"metric {mt['id']!r}: paper_dash must be 'never' or a bound like '>95'")
+        unit = mt.get("unit")
+        if unit is not None and not (isinstance(unit, str) and unit_suffix(unit)):
+            _fail(source, f"metric {mt['id']!r}: unit must be a string with a letter, a digit or '%' (it names "
+                          f"the summary.csv column, e.g. '%' -> {mt['id']}_pct); got {unit!r}")
         metric_ids.append(mt["id"])
     if len(set(metric_ids)) != len(metric_ids):
         _fail(source, f"duplicate metric ids in {metric_ids}")
+    columns = [summary_column(mt) for mt in data["metrics"]]
+    if len(set(columns)) != len(columns):
+        _fail(source, f"metrics {metric_ids} give summary.csv columns {columns}: two share a name (a unit adds "
+                      "its suffix to the id, '%' -> _pct); rename one")
 
     paper = data.get("paper", {})
     if not isinstance(paper, dict):

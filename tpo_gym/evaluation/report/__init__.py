@@ -12,7 +12,9 @@
 * ``curves_<key>.png`` -- seed-mean ± s.e. curves, one colour per method in every figure
   (:func:`method_colors`), log axes that show exact zeros (:func:`zero_safe_scale`);
 * ``results.jsonl`` -- one row per run per logged step;
-* ``summary.csv`` -- one row per method x setting with every metric and the paper's value.
+* ``summary.csv`` -- one row per method x setting with every metric and the paper's value: columns named with
+  the metric's unit (``final_error_pct``), numbers or nothing in numeric columns (a threshold never reached is
+  empty, with ``<metric>_reached`` False), so ``pandas.read_csv`` reads them as floats.
 
 The report's text (description, paper numbers, claims, notes) comes from the packaged preset of the
 same name when its runs are exactly the runs stored here, so corrected text reaches old runs; the
@@ -39,8 +41,8 @@ _NAMES = {
     "runs": ("BadManifest", "NoStoredRuns"),
     "figures": ("MAX_DECADES", "PALETTE", "Scale", "method_colors", "zero_safe_scale", "_complementary", "_gaps",
                 "_save"),
-    "sections": ("_setting_groups",),
-    "build": ("build_report", "select_report"),
+    "sections": ("_setting_groups", "_aggregate", "_claims", "_min_max_normalised"),
+    "build": ("build_report", "select_report", "_summary_csv"),
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,45 @@ def _other_preset(manifest: dict[str, Any], name: str, manifest_path: Path) -> d
                 preset_source=chosen.source, seeds=chosen.seeds)
 
 
+def _number(value: Any) -> Any:
+    """A numeric csv cell: the number, or empty (NaN for pandas) when it is missing or not finite."""
+    return value if isinstance(value, int | float) and math.isfinite(value) else ""
+
+
+def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict[tuple[str, str, str], C.Stat]
+                 ) -> str:
+    """``summary.csv``: a row per method x setting. Per metric (its column named with its unit, see
+    :func:`~tpo_gym.evaluation.metrics.summary_column`): the value, its s.e., the paper's number, whether they
+    agree within 2 s.e.; a steps metric also has ``<column>_reached``. Numeric columns hold numbers or nothing:
+    a threshold never reached is empty with ``_reached`` False; the paper's entries that are not numbers
+    (``-``, ``>99``, ``<2.3``) are in ``<column>_paper_text``, its number column empty."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    header = ["preset", "method", "setting", "n_ok", "n_failed"]
+    for metric in preset.metrics:
+        col = M.summary_column(metric)
+        header += [col, *([f"{col}_reached"] if metric["type"] == M.STEPS_TO_THRESHOLD else []), f"{col}_se",
+                   f"{col}_paper", f"{col}_paper_text", f"{col}_within_2se"]
+    writer.writerow(header)
+    for setting in preset.settings:
+        for method in preset.setting_methods(setting):
+            cell = cells[(method["name"], setting["name"])]
+            row: list[Any] = [preset.name, method["name"], setting["name"], len(cell.rows), len(cell.failed)]
+            for metric in preset.metrics:
+                stat = values[(metric["id"], method["name"], setting["name"])]
+                paper = _paper(preset, metric["id"], method["name"], setting["name"])
+                agree = M.paper_agrees(stat.value, stat.se, paper, metric.get("paper_dash", "never")) \
+                    if stat.has_data else None
+                row.append(_number(stat.value))
+                if metric["type"] == M.STEPS_TO_THRESHOLD:
+                    row.append(stat.value is not None if stat.has_data else "")
+                number = paper if isinstance(paper, int | float) and not isinstance(paper, bool) else None
+                row += [_number(stat.se), _number(number), "" if paper is None or number is not None else paper,
+                        "" if agree is None else agree]
+            writer.writerow(row)
+    return buf.getvalue()
+
+
 def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Path]:
     """Rebuild every report file of ``out`` from its manifest and stored runs.
 
@@ -161,25 +201,8 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dic
         for metric in preset.metrics:
             values[(metric["id"], method, setting)] = _metric_value(cell, metric)
 
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    header = ["preset", "method", "setting", "n_ok", "n_failed"]
-    for metric in preset.metrics:
-        header += [metric["id"], f"{metric['id']}_se", f"{metric['id']}_paper", f"{metric['id']}_within_2se"]
-    writer.writerow(header)
-    for setting in preset.settings:
-        for method in preset.setting_methods(setting):
-            cell = cells[(method["name"], setting["name"])]
-            row: list[Any] = [preset.name, method["name"], setting["name"], len(cell.rows), len(cell.failed)]
-            for metric in preset.metrics:
-                stat = values[(metric["id"], method["name"], setting["name"])]
-                paper = _paper(preset, metric["id"], method["name"], setting["name"])
-                agree = M.paper_agrees(stat.value, stat.se, paper, metric.get("paper_dash", "never")) \
-                    if stat.has_data else None
-                row += ["never" if stat.value is None else stat.value, stat.se, "" if paper is None else paper,
-                        "" if agree is None else agree]
-            writer.writerow(row)
-    written["summary.csv"] = atomic_write_text(out / "summary.csv", buf.getvalue())
+    summary = _summary_csv(preset, cells, values)
+    written["summary.csv"] = atomic_write_text(out / "summary.csv", summary)
 
     present = set().union(*(c.keys() for c in cells.values())) if cells else set()
     md = [f"# {preset.name}: benchmark report\n",

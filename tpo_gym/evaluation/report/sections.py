@@ -178,7 +178,8 @@ def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str]
         return extra[key]
 
     md = ["## Claims\n", "The paper's claims for this experiment, checked against this run's numbers "
-          f"({_direction_text(preset)}; `never` ranks last).\n"]
+          f"({_direction_text(preset)}; `never` ranks last). **{C.TIE}**: nothing contradicts the claim, but a "
+          "check rests on equal values (the named method only ties with another), so it does not hold outright.\n"]
     skipped = omitted
     by_setup: dict[str, dict[str, str]] = {}  # unexpanded claim -> {setup: verdict}
     for claim in claims:
@@ -226,6 +227,23 @@ def _setting_groups(methods: list[str], covered: dict[str, list[str]]) -> list[t
     return sorted(groups, key=lambda g: (-len(g[0]), -len(g[1])))
 
 
+def _min_max_normalised(scores: dict[str, dict[str, np.ndarray]], settings: list[str], members: list[str]
+                        ) -> dict[str, dict[str, np.ndarray]]:
+    """``{method: {setting: per-seed values}}`` of ``members`` min-max normalised per setting over every run the
+    column compares (all of ``members``' seeds in that setting): 0 = the lowest final value of those runs, 1 =
+    the highest; a setting where they are all equal reads 0. NaN (a seed without the key) stays NaN."""
+    out: dict[str, dict[str, np.ndarray]] = {m: {} for m in members}
+    for setting in settings:
+        pooled = np.concatenate([scores[m][setting] for m in members])
+        finite = pooled[np.isfinite(pooled)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        span = high - low
+        for m in members:
+            values = scores[m][setting]
+            out[m][setting] = (values - low) / span if span > 0 else np.where(np.isfinite(values), 0.0, np.nan)
+    return out
+
+
 def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
     metrics = [m for m in preset.metrics if m["type"] == M.FINAL] or [
         {"id": "final_error", "type": M.FINAL, "key": preset.data.get("curves", ["error"])[0]}]
@@ -235,7 +253,11 @@ def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
           "Interquartile mean of the per-seed final values with a 95% stratified-bootstrap interval (2000 "
           "replicates resampling seeds within each setting). As rliable recommends, each column pools the same "
           "settings for every method it compares; a method that did not run all of a column's settings reads "
-          "n/a there.\n"]
+          "n/a there. A column over one setting is in the metric's own units. A column over several settings "
+          "pools their scores only once each setting's are on one scale, as rliable normalises scores per task "
+          "before aggregating: **min-max normalised per setting** over every run the column compares (0 = the "
+          "lowest final value of any of its methods' seeds in that setting, 1 = the highest), so a setting at "
+          "0.01% and one at 37% weigh alike; its numbers rank the methods, they are not in the metric's units.\n"]
     for metric in metrics:
         key = metric.get("key", "error")
         scores: dict[str, dict[str, np.ndarray]] = {}
@@ -250,10 +272,12 @@ def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
             continue
         groups = _setting_groups(methods, covered)
         heads = []
-        for settings, _ in groups:
+        pooled: list[dict[str, dict[str, np.ndarray]]] = []
+        for settings, members in groups:
             heads.append(f"over {settings[0]}" if len(settings) == 1 else
                          f"over {len(settings)} settings" + ("" if len(settings) == len(setting_order) else
-                                                             f" ({', '.join(settings)})"))
+                                                             f" ({', '.join(settings)})") + ", min-max normalised")
+            pooled.append(scores if len(settings) == 1 else _min_max_normalised(scores, settings, members))
         md.append(f"### IQM {_metric_label(metric)[0].lower() + _metric_label(metric)[1:]}\n")
         md.append("| Method | " + " | ".join(heads) + " |")
         md.append("|---|" + "---|" * len(groups))
@@ -261,11 +285,11 @@ def _aggregate(preset: Preset, cells: dict[tuple[str, str], Cell]) -> list[str]:
             if method not in covered:
                 continue
             texts = []
-            for settings, members in groups:
+            for (settings, members), column in zip(groups, pooled, strict=True):
                 if method not in members:
                     texts.append("n/a")
                     continue
-                point, lo, hi = M.stratified_bootstrap_ci({s: scores[method][s] for s in settings})
+                point, lo, hi = M.stratified_bootstrap_ci({s: column[method][s] for s in settings})
                 texts.append(f"{point:.3g} [{lo:.3g}, {hi:.3g}]")
             md.append(f"| {method} | " + " | ".join(texts) + " |")
         md.append("")
