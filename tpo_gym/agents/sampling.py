@@ -26,7 +26,6 @@ pure function of (parameters, seed, iteration), which makes runs reproducible an
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,11 +34,22 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.envs.registration import EnvSpec, load_env_creator
+from gymnasium.envs.registration import EnvSpec
 
+from tpo_gym.agents.env_copies import (
+    _probe_horizon,
+    _reward_credit,
+    _rewrap_factory,
+    _vector_creator,
+    copy_factory,
+    group_api_available,
+    rebuild_plan,
+    scoring_available,
+    single_group_api_available,
+)
 from tpo_gym.agents.policies import CategoricalPolicy
 from tpo_gym.agents.sb3_conventions import episode_entries
-from tpo_gym.envs.group import GroupVectorEnv, SyncGroupVectorEnv, group_reset
+from tpo_gym.envs.group import SyncGroupVectorEnv, group_reset
 
 __all__ = [
     "RolloutSource",
@@ -56,8 +66,6 @@ __all__ = [
     "collect_stacked_rollouts",
 ]
 
-#: Longest episode a probe of a native env may run before it is declared not fixed-length.
-_MAX_PROBE_STEPS = 100_000
 #: The same for an env without the group API and without ``max_episode_steps`` (assumed fixed-length).
 _MAX_SYNC_PROBE_STEPS = 10_000
 
@@ -113,139 +121,6 @@ class RolloutSource:
         return list(self.wrappers) if self.spec is None else [w.name for w in self.spec.additional_wrappers]
 
 
-def _is_monitor(env: Any) -> bool:
-    from stable_baselines3.common.monitor import Monitor
-
-    return isinstance(env, Monitor)
-
-
-def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapper[Any, Any, Any, Any]]]:
-    """How copies of ``env`` are made: the spec of its inner part and the wrappers to re-apply around it.
-
-    Going inwards from ``env``, the first level whose spec re-creates every wrapper it lists (each records its
-    constructor arguments, ``gymnasium.utils.RecordConstructorArgs``) is rebuilt from that spec; the wrappers
-    outside it (outermost first) are re-applied around each copy (:func:`_rewrap_factory`). Without a spec
-    every wrapper is re-applied around deep copies of ``env.unwrapped`` (spec ``None``). Outermost SB3
-    ``Monitor`` s are dropped (they only record, and the rollouts give the episodes as they do); one inside
-    other wrappers is re-applied, so its ``"episode"`` entries are the statistics SB3 would report.
-    """
-    outer: list[gym.Wrapper[Any, Any, Any, Any]] = []
-    level: Any = env
-    while True:
-        spec = getattr(level, "spec", None)
-        if spec is not None and all(w.kwargs is not None for w in spec.additional_wrappers):
-            base = spec
-            break
-        if not isinstance(level, gym.Wrapper):
-            base = None if spec is None else dataclasses.replace(spec, additional_wrappers=())
-            break
-        outer.append(level)
-        level = level.env
-    while outer and _is_monitor(outer[0]):
-        outer.pop(0)
-    return base, outer
-
-
-def _levels(env: Any) -> list[Any]:
-    levels = [env]
-    while isinstance(levels[-1], gym.Wrapper):
-        levels.append(levels[-1].env)
-    return levels
-
-
-def _rewrap(wrapper: Any, inner: gym.Env[Any, Any], memo: dict[int, Any], who: str) -> gym.Env[Any, Any]:
-    """``wrapper`` re-applied around ``inner``: re-created from its recorded constructor arguments, an SB3
-    ``Monitor`` re-created without a file, any other wrapper deep-copied with ``inner`` in place of its env."""
-    from gymnasium.utils import RecordConstructorArgs
-    from stable_baselines3.common.monitor import Monitor
-
-    if isinstance(wrapper, Monitor):
-        return Monitor(inner, allow_early_resets=True, reset_keywords=wrapper.reset_keywords,
-                       info_keywords=wrapper.info_keywords)
-    if isinstance(wrapper, RecordConstructorArgs):
-        kwargs = {k: v for k, v in wrapper._saved_kwargs.items() if k != "env"}
-        return type(wrapper)(env=inner, **kwargs)
-    name = type(wrapper).__name__
-    try:
-        copied = copy.deepcopy(wrapper, dict(memo))
-    except Exception as exc:
-        raise TypeError(
-            f"{who} rolls out in its own copies of the env, and cannot copy the wrapper {name}: it does not record "
-            f"its constructor arguments (gymnasium.utils.RecordConstructorArgs) and copy.deepcopy failed "
-            f"({type(exc).__name__}: {exc}). Make {name} inherit gymnasium.utils.RecordConstructorArgs (calling "
-            f"RecordConstructorArgs.__init__(self, **its arguments) in __init__), make it deep-copyable, or register "
-            "an env id whose entry point builds the wrapped env (gymnasium.register) and pass the id"
-        ) from exc
-    if getattr(copied, "env", None) is not inner:
-        raise TypeError(f"{who} could not copy the wrapper {name} around a new env (its copy does not wrap it); "
-                        f"make {name} inherit gymnasium.utils.RecordConstructorArgs")
-    copied._cached_spec = None
-    return copied
-
-
-def _rewrap_factory(base_fn: Callable[[], gym.Env[Any, Any]], old_base: gym.Env[Any, Any], outer: list[Any],
-                    who: str) -> Callable[[], gym.Env[Any, Any]]:
-    """A factory of copies: ``base_fn()`` with the wrappers ``outer`` (outermost first) re-applied around it."""
-
-    def make() -> gym.Env[Any, Any]:
-        env = base_fn()
-        memo: dict[int, Any] = {}
-        for old, new in zip(_levels(old_base), _levels(env), strict=False):
-            if type(old) is not type(new):
-                break
-            memo[id(old)] = new
-        for wrapper in reversed(outer):
-            env = memo[id(wrapper)] = _rewrap(wrapper, env, memo, who)
-        return env
-
-    return make
-
-
-def group_api_available(source: RolloutSource) -> bool:
-    """Whether rollouts of ``source`` run in a native tpo_gym vector env with the group API.
-
-    The one place that decides it: true for a registered env whose ``vector_entry_point`` class is a
-    :class:`~tpo_gym.envs.group.GroupVectorEnv` (has ``score_candidates``) and that carries no extra
-    wrappers (wrappers may change observations or rewards, and a native vector env cannot apply them,
-    so wrapped envs roll out in a sync vector env without the group API).
-    """
-    spec = source.spec
-    if spec is None or spec.vector_entry_point is None or spec.additional_wrappers:
-        return False
-    return isinstance(creator := _vector_creator(spec), type) and issubclass(creator, GroupVectorEnv)
-
-
-def single_group_api_available(source: RolloutSource) -> bool:
-    """Whether ``source`` makes single envs with ``score_candidates`` and no extra wrappers, but no native vector
-    env: rollouts then score candidates in a :class:`~tpo_gym.envs.group.SyncGroupVectorEnv` of their copies."""
-    if group_api_available(source):
-        return False
-    spec = source.spec
-    if spec is None:
-        return source.group_env and not source.wrappers
-    if spec.additional_wrappers or spec.entry_point is None:
-        return False
-    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
-    if isinstance(creator, type):
-        return callable(getattr(creator, "score_candidates", None))
-    env = gym.make(spec)  # a function entry point: look at what it makes
-    try:
-        return callable(getattr(env.unwrapped, "score_candidates", None))
-    finally:
-        env.close()
-
-
-def scoring_available(source: RolloutSource) -> bool:
-    """Whether the rollouts of ``source`` can score candidates (native vector env or a single group env)."""
-    return group_api_available(source) or single_group_api_available(source)
-
-
-def _vector_creator(spec: EnvSpec) -> Any:
-    """The class (or function) of ``spec``'s ``vector_entry_point``, loaded if given as a string."""
-    creator = spec.vector_entry_point
-    return load_env_creator(creator) if isinstance(creator, str) else creator
-
-
 @dataclass
 class RolloutEnv:
     """A vector env ready for rollouts, with what the agents need to know about it.
@@ -280,24 +155,6 @@ class RolloutEnv:
         """Whether the venv scores candidates: a native env, or a single group env's
         :class:`~tpo_gym.envs.group.SyncGroupVectorEnv` (whose groups still come from same-seed resets)."""
         return self.native or isinstance(self.venv, SyncGroupVectorEnv)
-
-
-def _probe_horizon(venv: gym.vector.VectorEnv, limit: int = _MAX_PROBE_STEPS) -> int:
-    """Length of the episodes of a fixed-length env (reset, step action 0 until one ends)."""
-    venv.reset(seed=0)
-    zeros = np.zeros(venv.num_envs, dtype=np.int64)
-    for t in range(1, limit + 1):
-        _, _, term, trunc, _ = venv.step(zeros)
-        if np.any(term | trunc):
-            return t
-    raise ValueError(f"episodes of {venv} did not end within {_MAX_PROBE_STEPS} steps")
-
-
-def _reward_credit(env: Any) -> str:
-    credit = getattr(env, "reward_credit", "step")
-    if credit not in ("step", "episode"):
-        raise ValueError(f"the env's reward_credit must be 'step' or 'episode', got {credit!r}")
-    return str(credit)
 
 
 def tensor_env_available(source: RolloutSource) -> bool:
@@ -358,11 +215,6 @@ def make_rollout_env(source: RolloutSource, num_envs: int, device: Any = None) -
             ) from None
     first = venv.envs[0].unwrapped if hasattr(venv, "envs") else None
     return RolloutEnv(venv, False, int(max_steps), _reward_credit(first), fixed_length=fixed_length)
-
-
-def copy_factory(env: gym.Env[Any, Any]) -> Callable[[], gym.Env[Any, Any]]:
-    """A factory of deep copies of ``env`` (for env instances that have no spec)."""
-    return lambda: copy.deepcopy(env)
 
 
 def sample_candidates(logits: torch.Tensor, k: int, generator: torch.Generator | None = None) -> torch.Tensor:
