@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+from stable_baselines3.common.monitor import Monitor, load_results
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
 from tpo_gym import CE, TPO
 from tpo_gym.envs import check_group_env
@@ -131,6 +131,37 @@ def test_an_outermost_monitor_keeps_a_token_task_native_and_fills_ep_info_buffer
     assert model.level == "token" and model.get_rollout_env().native
     model.learn(model.steps_per_iteration)
     assert [e["r"] for e in model.ep_info_buffer] == model.rollout_batch.returns.tolist()
+
+
+def test_the_users_own_monitor_records_every_episode_as_with_sb3(tmp_path: Any) -> None:
+    """Rollouts run in copies, yet the Monitor the user passed (and its file, read by SB3's load_results) gets
+    each episode, as SB3's own agents would give it."""
+    env = Monitor(gym.make("CartPole-v1"), str(tmp_path / "run"))
+    model = TPO("MlpPolicy", env, batch_size=2, group_size=4, seed=0)
+    model.learn(300)
+    # the same episodes (the Monitor in the order they ended, ep_info_buffer in rollout order)
+    assert sorted(env.get_episode_rewards()) == sorted(e["r"] for e in model.ep_info_buffer)
+    assert len(model.history) >= 2
+    assert sum(env.get_episode_lengths()) == env.get_total_steps() == model.num_timesteps
+    frame = load_results(str(tmp_path))
+    assert frame["r"].tolist() == env.get_episode_rewards() and frame["l"].sum() == model.num_timesteps
+
+
+def test_monitor_files_of_make_vec_env_and_vec_monitor_get_the_episodes(tmp_path: Any) -> None:
+    venv = make_vec_env("CartPole-v1", n_envs=2, wrapper_class=lambda e: Scale(e, k=2.0),
+                        monitor_dir=str(tmp_path / "sub"))  # a Monitor (with a file) inside the wrapper, per sub-env
+    model = TPO("MlpPolicy", venv, batch_size=4, seed=0)
+    model.learn(300)
+    frame = load_results(str(tmp_path / "sub"))
+    assert frame["l"].sum() == model.num_timesteps and (frame["r"] == frame["l"]).all()  # the Monitor's reward: 1
+    monitors = [e.env for e in venv.envs]  # Scale(Monitor(CartPole))
+    assert len(frame) == sum(len(m.get_episode_rewards()) for m in monitors) and all(
+        m.get_episode_rewards() for m in monitors)  # the episodes go to the sub-env they ended in
+    vec = VecMonitor(DummyVecEnv([lambda: gym.make("CartPole-v1")]), str(tmp_path / "vec"))
+    model = TPO("MlpPolicy", vec, batch_size=4, seed=0)
+    model.learn(200)
+    rows = load_results(str(tmp_path))  # vec.monitor.csv
+    assert len(rows) == vec.episode_count > 0 and rows["l"].sum() == model.num_timesteps
 
 
 def test_a_dummy_vec_env_of_a_wrapped_env_works() -> None:

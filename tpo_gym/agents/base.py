@@ -40,7 +40,9 @@ from tpo_gym.agents.sb3_conventions import (
     IterationProgressBar,
     complete_signature,
     count_progress_by_steps,
+    record_in_monitors,
     step_order,
+    user_monitors,
 )
 from tpo_gym.agents.text_rollouts import collect_text_rollouts
 from tpo_gym.agents.update import Update, accumulate_text_gradients, resolve_records, run_epochs
@@ -381,10 +383,10 @@ class GroupAlgorithm(AlgorithmBase):
             callback.update_locals({"dones": dones, "infos": infos})
             if not callback.on_step():
                 self.num_timesteps = end
-                self.fill_info_buffer([episodes[i] for i in sorted(which[:first])])
+                self.fill_info_buffer(episodes, ends, which[:first], n_envs)
                 return False
         self.num_timesteps = end
-        self.fill_info_buffer([episodes[i] for i in sorted(which[:ended])])
+        self.fill_info_buffer(episodes, ends, which[:ended], n_envs)
         callback.on_rollout_end()
         self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
         return True
@@ -400,10 +402,17 @@ class GroupAlgorithm(AlgorithmBase):
         return [info if "episode" in info else {**info, "episode": {"r": float(r), "l": int(n), "t": t}}
                 for info, r, n in zip(given, returns, lengths, strict=True)]
 
-    def fill_info_buffer(self, infos: list[dict[str, Any]]) -> None:
-        """SB3's ``_update_info_buffer`` for the episodes of ``infos`` (``ep_info_buffer``, ``ep_success_buffer``),
-        in rollout order: the window of the last ``stats_window_size`` episodes does not favour long ones."""
+    def fill_info_buffer(self, episodes: list[dict[str, Any]], ends: np.ndarray, done: np.ndarray,
+                         n_envs: int) -> None:
+        """SB3's ``_update_info_buffer`` for the episodes ``done`` (indices into ``episodes``, the infos), in
+        rollout order (the window of the last ``stats_window_size`` episodes does not favour long ones), and the
+        same episodes recorded in the user's own ``Monitor`` s (:func:`~tpo_gym.agents.sb3_conventions.
+        record_in_monitors`), each in the sub-env it ended in as the callbacks saw it (``ends[j] % n_envs`` for the
+        ``j``-th episode to end)."""
+        infos = [episodes[i] for i in sorted(done)]
         self._update_info_buffer(infos, np.ones(len(infos), np.bool_))
+        record_in_monitors(user_monitors(self.env), [(int(ends[j]) % n_envs, episodes[int(i)])
+                                                     for j, i in enumerate(done)])
 
     def record_iteration(self, batch: RolloutBatch | TextBatch, stats: dict[str, Any], log_interval: int) -> None:
         """Append the iteration's record to ``history``, log it, dump the logs every ``log_interval``.

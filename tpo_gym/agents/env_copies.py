@@ -42,7 +42,9 @@ def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapp
     outside it (outermost first) are re-applied around each copy (:func:`_rewrap_factory`). Without a spec
     every wrapper is re-applied around deep copies of ``env.unwrapped`` (spec ``None``). Outermost SB3
     ``Monitor`` s are dropped (they only record, and the rollouts give the episodes as they do); one inside
-    other wrappers is re-applied, so its ``"episode"`` entries are the statistics SB3 would report.
+    other wrappers is re-applied, so its ``"episode"`` entries are the statistics SB3 would report. Either way
+    the user's own ``Monitor`` objects get the episodes after each rollout
+    (:func:`~tpo_gym.agents.sb3_conventions.record_in_monitors`).
     """
     outer: list[gym.Wrapper[Any, Any, Any, Any]] = []
     level: Any = env

@@ -21,11 +21,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 
-__all__ = ["IterationProgressBar", "count_progress_by_steps", "step_order", "episode_entries", "param_blocks",
-           "complete_signature"]
+__all__ = ["IterationProgressBar", "count_progress_by_steps", "step_order", "episode_entries", "user_monitors",
+           "record_in_monitors", "param_blocks", "complete_signature"]
 
 
 class IterationProgressBar(ProgressBarCallback):
@@ -96,6 +97,64 @@ def episode_entries(info: dict[str, Any], done: np.ndarray, entries: list[dict[s
             else:
                 entries[i][key] = np.asarray(value)[i].item()
     return entries
+
+
+def user_monitors(env: Any) -> list[list[Any]]:
+    """The SB3 ``Monitor`` s of the env a user passed, per sub-env (at any depth of its wrappers).
+
+    The rollouts run in the agent's own copies, which drop the outermost ``Monitor`` s and re-create the others
+    without a file (:func:`~tpo_gym.agents.env_copies.rebuild_plan`); so that ``monitor.get_episode_rewards()``,
+    its CSV file and SB3's ``load_results`` / ``plot_results`` see the episodes, as with SB3's own agents, the
+    episodes are recorded in the user's (:func:`record_in_monitors`), with the statistics SB3 reports (a
+    ``Monitor`` inside a reward wrapper records the reward it sees). ``env`` is the env the model keeps
+    (``model.env``: a ``DummyVecEnv`` or tpo-gym's ``TextVecEnv`` of the user's env; a ``VecMonitor`` is
+    returned as the one entry of every sub-env).
+    Envs in subprocesses (``SubprocVecEnv``) give none: their monitors live in the other processes.
+    """
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    if isinstance(env, VecMonitor):
+        return [[env]] * env.num_envs
+    per_env = []
+    for sub in getattr(env, "envs", None) or []:
+        found = []
+        while isinstance(sub, gym.Wrapper):
+            if isinstance(sub, Monitor):
+                found.append(sub)
+            sub = sub.env
+        per_env.append(found)
+    return per_env
+
+
+def record_in_monitors(monitors: list[list[Any]], episodes: list[tuple[int, dict[str, Any]]]) -> None:
+    """Record each ``(sub_env, info)`` of ``episodes`` in that sub-env's user ``monitors`` as SB3's ``Monitor`` does
+    at an episode's end: its return, length and time appended (``episode_returns``, ``episode_lengths``,
+    ``episode_times``; ``total_steps`` grows by the length) and a row ``r, l, t`` (plus its ``info_keywords``)
+    written to its file, ``t`` in seconds since the monitor was made. A ``VecMonitor`` gets the row and its
+    ``episode_count``. ``info`` is the episode's info as SB3 reads it (``{"episode": {"r", "l", "t"}, ...}``).
+    """
+    import time
+
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    if not any(monitors):
+        return
+    for k, info in episodes:
+        ep = info["episode"]
+        for monitor in monitors[k % len(monitors)]:
+            row = {"r": round(float(ep["r"]), 6), "l": int(ep["l"]), "t": round(time.time() - monitor.t_start, 6)}
+            for key in monitor.info_keywords:
+                row[key] = ep.get(key, info.get(key, ""))
+            if isinstance(monitor, VecMonitor):
+                monitor.episode_count += 1
+            else:
+                monitor.episode_returns.append(float(ep["r"]))
+                monitor.episode_lengths.append(int(ep["l"]))
+                monitor.episode_times.append(row["t"])
+                monitor.total_steps += int(ep["l"])
+            if monitor.results_writer is not None:
+                monitor.results_writer.write_row(row)
 
 
 def param_blocks(doc: str) -> dict[str, str]:
