@@ -190,3 +190,24 @@ def test_reset_option_index_shows_that_entry() -> None:
     assert env.unwrapped.score_candidates([f"<answer>{answer}</answer>"])[0] == 1.0
     with pytest.raises(ValueError, match=r"options\['index'\] must be an integer >= 0 and <= 4, got 5"):
         env.reset(options={"index": 5})
+
+
+def test_renders_the_question_and_after_the_step_how_the_completion_scored() -> None:
+    env = gym.make("tpo_gym/ReasoningGym-v0", dataset="gcd", size=10, seed=0, render_mode="ansi")
+    _, info = env.reset(seed=0)
+    answer = env.unwrapped.entry["answer"]
+    assert env.render() == f"gcd #{info['index']}\nQuestion: {info['question']}\n"
+    env.step(f"so <answer>{answer}</answer>")
+    assert env.render().splitlines()[2:] == [f"Completion: so <answer>{answer}</answer>",
+                                             f"Extracted answer: {answer}", f"Reference answer: {answer}", "Score: 1"]
+    env.reset(seed=1)
+    assert "Completion" not in env.render()  # a new question shows no earlier answer
+    pic = gym.make("tpo_gym/ReasoningGym-v0", dataset="gcd", size=10, render_mode="rgb_array")
+    pic.reset(seed=0)
+    frame = pic.render()
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+    assert frame.min() < 100 and frame.max() == 255  # dark text on white
+    for mode in ("ansi", "rgb_array"):  # Gymnasium's checker with its render checks
+        gym_check_env(gym.make("tpo_gym/ReasoningGym-v0", dataset="gcd", size=10, render_mode=mode).unwrapped)
+    with pytest.raises(ValueError, match=r"render_mode must be None or one of \['ansi', 'rgb_array'\], got 'text'"):
+        ReasoningGymEnv("gcd", size=10, render_mode="text")

@@ -21,6 +21,7 @@ from gymnasium.vector.utils import create_shared_memory
 
 from tpo_gym._validation import check_int
 from tpo_gym.envs._common import check_reset_args, check_size
+from tpo_gym.envs.vector import RenderMixin
 
 #: The system prompt shown before every question; it asks for the answer inside answer tags.
 SYSTEM_PROMPT = (
@@ -181,7 +182,7 @@ def observation_text(system_prompt: str, question: str) -> str:
     return "".join(ch if ch in charset else REPLACEMENT_CHARACTER for ch in text)
 
 
-class ReasoningGymEnv(gym.Env[str, str]):
+class ReasoningGymEnv(RenderMixin, gym.Env[str, str]):
     """A Reasoning Gym dataset as a one-step text environment: question in, completion out.
 
     ## Description
@@ -228,6 +229,10 @@ class ReasoningGymEnv(gym.Env[str, str]):
     * ``size`` (int, ``1 <= size <= 2**32``, default 500), ``seed`` (int, ``0 <= seed <= 2**32 -
       size``, default 0): passed to ``create_dataset`` (entry ``idx`` is generated from
       ``seed + idx``, which some datasets need below 2**32).
+    * ``render_mode`` (``None``, ``"ansi"`` or ``"rgb_array"``): ``render()`` then returns the question and,
+      after the step, the completion, its extracted answer, the reference answer and the score, as text
+      (``"ansi"``) or as that text drawn on an RGB ``uint8 [h, w, 3]`` picture (``"rgb_array"``, the mode SB3's
+      ``make_vec_env`` asks for; drawn with matplotlib, only when ``render()`` is called).
     * any other keyword: that dataset's config, passed through to ``create_dataset``.
 
     ## Vectorized environment
@@ -252,10 +257,12 @@ class ReasoningGymEnv(gym.Env[str, str]):
     * v0: Initial version.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
     reward_credit: str = "step"
 
-    def __init__(self, dataset: str = "graph_color", size: int = 500, seed: int = 0, **config: Any) -> None:
+    def __init__(self, dataset: str = "graph_color", size: int = 500, seed: int = 0, render_mode: str | None = None,
+                 **config: Any) -> None:
+        self._set_render_mode(render_mode)
         self.dataset_name = check_dataset_name(dataset)
         self.size = check_size("size", size, 1, SEED_LIMIT, "Reasoning Gym seeds entry idx with seed + idx < 2**32")
         why = f"Reasoning Gym seeds entry idx with seed + idx < 2**32; size={self.size}"
@@ -270,6 +277,7 @@ class ReasoningGymEnv(gym.Env[str, str]):
         self.index: int | None = None
         self.entry: dict[str, Any] | None = None
         self.question: str | None = None
+        self._last: dict[str, Any] | None = None
 
     def _observation(self) -> str:
         assert self.question is not None
@@ -285,6 +293,7 @@ class ReasoningGymEnv(gym.Env[str, str]):
             self.index = int(self.np_random.integers(self.size))
         self.entry = self.dataset[self.index]
         self.question = str(self.entry["question"])
+        self._last = None
         info = {"system_prompt": self.system_prompt, "question": self.question, "index": self.index}
         return self._observation(), info
 
@@ -323,7 +332,34 @@ class ReasoningGymEnv(gym.Env[str, str]):
             "score": reward,
             "error": 1.0 - reward,
         }
+        self._last = {"completion": completion, **info}
         return obs, reward, True, False, info
+
+    def _render_text(self) -> str:
+        """The question (entry index and dataset), then after the step the completion and how it scored."""
+        if self.question is None:
+            return f"{self.dataset_name}: no question yet (call reset())"
+        lines = [f"{self.dataset_name} #{self.index}", f"Question: {self.question}"]
+        if self._last is not None:
+            last = self._last
+            lines += [f"Completion: {last['completion']}", f"Extracted answer: {last['extracted_answer']}",
+                      f"Reference answer: {last['answer']}", f"Score: {last['score']:.4g}"]
+        return "\n".join(lines) + "\n"
+
+    def _render_rgb(self) -> np.ndarray:
+        """:meth:`_render_text` drawn in black on white, lines wrapped at 100 characters (at most 40 lines)."""
+        import textwrap
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        lines = [part for line in self._render_text().splitlines()
+                 for part in (textwrap.wrap(line, 100, replace_whitespace=False) or [""])][:40]
+        figure = Figure(figsize=(8.0, 0.2 * len(lines) + 0.3), dpi=100, facecolor="white")
+        figure.text(0.01, 0.98, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8)
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        return np.ascontiguousarray(np.asarray(canvas.buffer_rgba())[..., :3])
 
     def score_candidates(self, candidates: Any) -> Any:
         """Scores ``float32 [K]`` of K completions of the current question, without stepping."""
