@@ -227,6 +227,19 @@ def test_level_auto_prints_the_level_it_chose_with_verbose(capsys: pytest.Captur
     assert "Using level" not in capsys.readouterr().out  # verbose=0 prints nothing, as SB3
 
 
+def test_level_auto_is_chosen_again_for_each_env_and_an_explicit_level_is_kept() -> None:
+    model = TPO("MlpPolicy", GuessEnv(), batch_size=4, group_size=2, seed=0)
+    assert model.level == "token"
+    model.set_env(gym.wrappers.TransformReward(GuessEnv(), lambda r: r))  # wrapped: no scoring, same spaces
+    assert model.level == "sequence" and model.grouping.kind == "rollouts"
+    model.learn(2 * model.steps_per_iteration)
+    model.set_env(GuessEnv())
+    assert model.level == "token" and model.grouping.kind == "candidates"
+    fixed = TPO("MlpPolicy", GuessEnv(), level="token", batch_size=4, group_size=2)
+    with pytest.raises(ValueError, match=r"this env is wrapped \(TransformReward\)"):
+        fixed.set_env(gym.wrappers.TransformReward(GuessEnv(), lambda r: r))
+
+
 def test_level_token_without_score_candidates_says_what_is_missing() -> None:
     with pytest.raises(ValueError, match=r"CartPole-v1 has no score_candidates method \(give its class "
                                          r"score_candidates\(candidates\) -> float32 \[K\].*level='sequence'"):

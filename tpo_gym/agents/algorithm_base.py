@@ -99,7 +99,7 @@ class AlgorithmBase(BaseAlgorithm):
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.group_size = check_int("group_size", group_size, 1)
         self.n_epochs = check_int("n_epochs", n_epochs, 1)
-        self.level = check_choice("level", level, LEVELS)
+        self.level = self._level_asked = check_choice("level", level, LEVELS)
         self.budget = check_choice("budget", budget, BUDGETS)
         policy_class = self.policy_aliases.get(policy) if isinstance(policy, str) else policy
         self._text = isinstance(policy_class, type) and issubclass(policy_class, CausalLMPolicy)
@@ -185,9 +185,13 @@ class AlgorithmBase(BaseAlgorithm):
 
         ``level="auto"`` becomes ``"token"`` on an env that scores candidates (a native vector env, or a single env
         with ``score_candidates`` and no extra wrappers) and ``"sequence"`` otherwise: :attr:`level` holds the
-        choice, and ``verbose >= 1`` prints it (as SB3 prints the device).
+        choice, and ``verbose >= 1`` prints it (as SB3 prints the device). The choice is made again for each env
+        (``set_env``): a model made with ``level="auto"`` on a token-level env and given a sequence-level one
+        goes to ``"sequence"``, as it would have been made on that env.
         """
         assert self._source is not None
+        if self.sampling == "group" and getattr(self, "_level_asked", self.level) == "auto":
+            self.level = "auto"
         native = scoring_available(self._source) or self._text
         grouping = self.choose_grouping(native)
         if grouping.compares_k and self.group_size < 2:
