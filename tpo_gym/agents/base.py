@@ -406,9 +406,9 @@ class GroupAlgorithm(AlgorithmBase):
                          n_envs: int) -> None:
         """SB3's ``_update_info_buffer`` for the episodes ``done`` (indices into ``episodes``, the infos), in
         rollout order (the window of the last ``stats_window_size`` episodes does not favour long ones), and the
-        same episodes recorded in the user's own ``Monitor`` s (:func:`~tpo_gym.agents.sb3_conventions.
-        record_in_monitors`), each in the sub-env it ended in as the callbacks saw it (``ends[j] % n_envs`` for the
-        ``j``-th episode to end)."""
+        same episodes recorded in the user's own ``Monitor`` s
+        (:func:`~tpo_gym.agents.sb3_conventions.record_in_monitors`), each in the sub-env it ended in as the
+        callbacks saw it (``ends[j] % n_envs`` for the ``j``-th episode to end)."""
         infos = [episodes[i] for i in sorted(done)]
         self._update_info_buffer(infos, np.ones(len(infos), np.bool_))
         record_in_monitors(user_monitors(self.env), [(int(ends[j]) % n_envs, episodes[int(i)])
