@@ -32,24 +32,11 @@ import numpy as np
 
 import tpo_gym
 from tpo_gym import TPO
+from tpo_gym.evaluation.experiments import held_out_scores
 
 gym.register_envs(tpo_gym)
 
 TASK = {"dataset": "gcd", "min_value": 1, "max_value": 20}
-
-
-def held_out_score(model: TPO, env: gym.Env, n: int) -> float:
-    """Mean score of the greedy answers to the first ``n`` questions of ``env`` (each scored by its dataset)."""
-    items = []
-    for i in range(n):
-        _, info = env.reset(options={"index": i})
-        items.append({"question": info["question"], "system_prompt": info["system_prompt"]})
-    answers, _ = model.predict(items, deterministic=True)
-    scores = []
-    for i, answer in enumerate(answers):
-        env.reset(options={"index": i})
-        scores.append(float(env.unwrapped.score_candidates([str(answer)])[0]))
-    return float(np.mean(scores))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -80,13 +67,13 @@ def train_and_score(model: TPO, test: gym.Env, *, steps: int, eval_every: int, e
     """Train ``model`` for ``steps`` iterations, scoring ``eval_size`` held-out questions of ``test`` every
     ``eval_every`` steps (and at step 0); prints each score and returns them with the before / after pair."""
     start = time.perf_counter()
-    scores = {0: held_out_score(model, test, eval_size)}
+    scores = {0: held_out_scores(model, test, eval_size)["test_score"]}
     print(f"step 0: held-out score {scores[0]:.3f}", flush=True)
     while len(model.history) < steps:
         chunk = min(eval_every, steps - len(model.history))
         model.learn(chunk * model.steps_per_iteration, reset_num_timesteps=False)
         done = len(model.history)
-        scores[done] = held_out_score(model, test, eval_size)
+        scores[done] = held_out_scores(model, test, eval_size)["test_score"]
         recent = np.mean([row["mean_score"] for row in model.history[-chunk:]])
         print(f"step {done}: held-out score {scores[done]:.3f}, train mean score (last {chunk} steps) {recent:.3f} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)

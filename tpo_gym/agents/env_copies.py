@@ -25,7 +25,8 @@ _MAX_PROBE_STEPS = 100_000
 if TYPE_CHECKING:
     from tpo_gym.agents.sampling import RolloutSource
 
-__all__ = ["rebuild_plan", "copy_factory", "group_api_available", "single_group_api_available", "scoring_available"]
+__all__ = ["rebuild_plan", "wrapper_levels", "copy_factory", "group_api_available", "single_group_api_available",
+           "scoring_available"]
 
 
 def _is_monitor(env: Any) -> bool:
@@ -63,7 +64,8 @@ def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapp
     return base, outer
 
 
-def _levels(env: Any) -> list[Any]:
+def wrapper_levels(env: Any) -> list[Any]:
+    """``env`` and every env it wraps, outermost first (down to ``env.unwrapped``)."""
     levels = [env]
     while isinstance(levels[-1], gym.Wrapper):
         levels.append(levels[-1].env)
@@ -107,7 +109,7 @@ def _rewrap_factory(base_fn: Callable[[], gym.Env[Any, Any]], old_base: gym.Env[
     def make() -> gym.Env[Any, Any]:
         env = base_fn()
         memo: dict[int, Any] = {}
-        for old, new in zip(_levels(old_base), _levels(env), strict=False):
+        for old, new in zip(wrapper_levels(old_base), wrapper_levels(env), strict=False):
             if type(old) is not type(new):
                 break
             memo[id(old)] = new

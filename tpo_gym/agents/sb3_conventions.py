@@ -21,9 +21,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
+
+from tpo_gym.agents.env_copies import wrapper_levels
 
 __all__ = ["IterationProgressBar", "count_progress_by_steps", "step_order", "episode_entries", "user_monitors",
            "record_in_monitors", "param_blocks", "complete_signature"]
@@ -116,15 +117,8 @@ def user_monitors(env: Any) -> list[list[Any]]:
 
     if isinstance(env, VecMonitor):
         return [[env]] * env.num_envs
-    per_env = []
-    for sub in getattr(env, "envs", None) or []:
-        found = []
-        while isinstance(sub, gym.Wrapper):
-            if isinstance(sub, Monitor):
-                found.append(sub)
-            sub = sub.env
-        per_env.append(found)
-    return per_env
+    return [[level for level in wrapper_levels(sub) if isinstance(level, Monitor)]
+            for sub in getattr(env, "envs", None) or []]
 
 
 def record_in_monitors(monitors: list[list[Any]], episodes: list[tuple[int, dict[str, Any]]]) -> None:

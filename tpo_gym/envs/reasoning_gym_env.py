@@ -338,7 +338,7 @@ class ReasoningGymEnv(RenderMixin, gym.Env[str, str]):
     def _render_text(self) -> str:
         """The question (entry index and dataset), then after the step the completion and how it scored."""
         if self.question is None:
-            return f"{self.dataset_name}: no question yet (call reset())"
+            return f"{self.dataset_name}: no question yet (call reset())\n"
         lines = [f"{self.dataset_name} #{self.index}", f"Question: {self.question}"]
         if self._last is not None:
             last = self._last

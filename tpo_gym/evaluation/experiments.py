@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RUN_KINDS", "methods_for_kind", "execute_run", "make_agent"]
+__all__ = ["RUN_KINDS", "methods_for_kind", "execute_run", "make_agent", "held_out_scores"]
 
 
 
@@ -192,8 +192,13 @@ def _run_mnist(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return _run_mnist_seeds([spec])[0]
 
 
-def _held_out_accuracy(model: Any, env: Any, n: int) -> dict[str, float]:
-    """Greedy completions of the first ``n`` entries of the held-out env: mean score and exact (= 1) rate."""
+def held_out_scores(model: Any, env: Any, n: int) -> dict[str, float]:
+    """Greedy completions of the first ``n`` entries of the held-out env: mean score and exact (= 1) rate.
+
+    ``model`` is a language-model agent (``CausalLMPolicy``), ``env`` a ``ReasoningGym-v0``-like env whose
+    ``reset(options={"index": i})`` shows entry ``i``; each completion is scored by ``env.unwrapped.score_candidates``.
+    Returns ``{"test_score": mean score, "test_accuracy": fraction of scores >= 1}``.
+    """
     import numpy as np
 
     items, scores = [], []
@@ -246,7 +251,7 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
                   "agent_kwargs": {**p.get("agent_kwargs", {}), "policy_kwargs": p.get("policy_kwargs", {})}}
         model = make_agent(spec["algo"], env, spec["seed"], params, spec["method_kwargs"], kind="llm",
                            device=spec.get("device", "cpu"))
-        rows = [{"step": 0, **_held_out_accuracy(model, test_env, eval_size)}]
+        rows = [{"step": 0, **held_out_scores(model, test_env, eval_size)}]
     by_step = {r["step"]: r for r in rows}
     done = len(model.history)
     while done < steps:
@@ -257,7 +262,7 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
             by_step.setdefault(r["step"], {"step": r["step"]}).update(r)
         done += chunk
         if done % every == 0 or done == steps:
-            by_step.setdefault(done, {"step": done}).update(_held_out_accuracy(model, test_env, eval_size))
+            by_step.setdefault(done, {"step": done}).update(held_out_scores(model, test_env, eval_size))
         rows = [by_step[k] for k in sorted(by_step)]
         if ckpt is not None and (done % save_every == 0 or done == steps):
             model.save(ckpt / "agent")
