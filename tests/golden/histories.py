@@ -2,10 +2,19 @@
 
 ``histories.json`` holds, per case, the agent's ``history`` (every record, floats as :meth:`float.hex`) and a
 fingerprint of its final weights; :mod:`tests.golden.test_golden_histories` checks that the code reproduces
-them bit for bit on CPU. Regenerate the file **only when behaviour is meant to change** (and say why in the
-commit), from the repository root::
+them bit for bit on CPU. The last bits of a float32 run depend on the CPU kernels as well as on the code: the torch
+build, the architecture and the widest vector ISA that ATen, MKL and oneDNN use (an AVX-512 and an AVX2 machine
+differ from the 7th significant digit on). So the file holds one **set per kernel signature**
+(:func:`kernel_signature`, e.g. ``torch 2.14.1+cu130 x86_64 AVX512``), and the test compares bit for bit against
+the set of the machine it runs on. Regenerate the file **only when behaviour is meant to change** (and say why in
+the commit), from the repository root::
 
     .venv/bin/python -m tests.golden.histories
+
+which records this machine's set and, on x86_64, the set of every narrower ISA it can emulate
+(:data:`NARROWER_ISAS`: an AVX-512 machine records AVX2 too), and drops sets it cannot re-record (stale once
+behaviour changed). ``--keep-others`` keeps them instead, to add this machine's set to a file recorded elsewhere
+from the same code.
 
 Cases: every family (TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE) on a token task at token and sequence level,
 the single-sample variants (``candidates="single"``, ``baseline="expected"``), a tiny random language model on a
@@ -15,10 +24,16 @@ env), ``SeedBatch`` with looped and stacked forward / optimiser, and save, load 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
+import os
 import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -177,13 +192,62 @@ def hex_to_float(value: Any) -> Any:
     return float.fromhex(value) if isinstance(value, str) else value
 
 
-def main() -> None:
+#: Environment variables that cap ATen's, MKL's and oneDNN's kernels at a narrower vector ISA, so that a machine
+#: with a wider one records the golden set of a machine without it (x86_64; the AVX2 set recorded this way on an
+#: AVX-512 machine matched a real AVX2 machine's failing CI values digit for digit).
+NARROWER_ISAS: dict[str, dict[str, str]] = {
+    "AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+_ISA_ORDER = ["DEFAULT", "AVX2", "AVX512"]
+
+
+def kernel_signature() -> str:
+    """What the exact bits of a CPU run depend on besides the code: torch build, architecture, vector ISA in use."""
+    return f"torch {torch.__version__} {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
+
+
+def load_sets(path: pathlib.Path = PATH) -> dict[str, dict[str, Any]]:
+    """The stored golden sets: kernel signature -> case name -> what :func:`record` stored."""
+    return {signature: entry["cases"] for signature, entry in json.loads(path.read_text())["sets"].items()}
+
+
+def _this_machines_set() -> dict[str, Any]:
+    return {"tpo_gym": tpo_gym.__version__, "cases": {name: run_case(name) for name in sorted(CASES)}}
+
+
+def _emulated_set(isa: str) -> tuple[str, dict[str, Any]]:
+    """Record the set of a narrower ISA in a child process whose kernels are capped at it."""
+    env = {**os.environ, **NARROWER_ISAS[isa], "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(PATH.parents[2]), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp, "set.json")
+        subprocess.run([sys.executable, "-m", "tests.golden.histories", "--write-set", str(out)], env=env,
+                       check=True, cwd=PATH.parents[2])
+        entry = json.loads(out.read_text())
+    return entry.pop("signature"), entry
+
+
+def main(argv: list[str] | None = None) -> None:
     """Regenerate ``histories.json`` from the code as it stands (only when behaviour is meant to change)."""
-    golden = {"torch": torch.__version__, "tpo_gym": tpo_gym.__version__,
-              "cases": {name: run_case(name) for name in sorted(CASES)}}
-    PATH.write_text(json.dumps(golden, indent=1) + "\n")
-    n = sum(len(r["history"]) for runs in golden["cases"].values() for r in runs)
-    print(f"wrote {PATH} ({len(CASES)} cases, {n} records)")
+    parser = argparse.ArgumentParser(prog="python -m tests.golden.histories", description=main.__doc__)
+    parser.add_argument("--keep-others", action="store_true",
+                        help="keep the stored sets of kernel signatures this machine cannot record")
+    parser.add_argument("--write-set", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.write_set is not None:
+        args.write_set.write_text(json.dumps({"signature": kernel_signature(), **_this_machines_set()}))
+        return
+    sets = json.loads(PATH.read_text())["sets"] if args.keep_others and PATH.exists() else {}
+    sets[kernel_signature()] = _this_machines_set()
+    native = torch.backends.cpu.get_cpu_capability()
+    if platform.machine() in ("x86_64", "AMD64") and native in _ISA_ORDER:
+        for isa in NARROWER_ISAS:
+            if _ISA_ORDER.index(isa) < _ISA_ORDER.index(native):
+                signature, entry = _emulated_set(isa)
+                sets[signature] = entry
+    PATH.write_text(json.dumps({"sets": dict(sorted(sets.items()))}, indent=1) + "\n")
+    n = sum(len(r["history"]) for runs in sets[kernel_signature()]["cases"].values() for r in runs)
+    print(f"wrote {PATH}: {len(CASES)} cases, {n} records, for {', '.join(sorted(sets))}")
 
 
 if __name__ == "__main__":
