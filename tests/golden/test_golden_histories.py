@@ -51,7 +51,7 @@ def _first_difference(got: list[dict[str, Any]], want: list[dict[str, Any]],
 
 
 def _nearest_set(signature: str) -> str:
-    """The stored signature sharing the longest prefix (torch build, then architecture) with ``signature``."""
+    """The stored signature with the most fields (torch, version, architecture, ISA) equal to ``signature``'s."""
     def shared(other: str) -> int:
         return len([1 for a, b in zip(signature.split(), other.split(), strict=False) if a == b])
     return max(sorted(SETS), key=shared)
