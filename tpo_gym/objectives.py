@@ -91,6 +91,8 @@ from tpo_gym._validation import check_bool, check_float
 
 __all__ = [
     "STD_EPS",
+    "at_least_float32",
+    "working_dtype",
     "LOG_RATIO_CLIP",
     "InputTypeError",
     "standardize_scores",
@@ -138,6 +140,21 @@ class InputTypeError(TypeError, ValueError):
 # validation helpers
 # --------------------------------------------------------------------------------------------
 _DEFERRED = threading.local()
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in its working dtype: float32 or wider (bf16 / fp16 are upcast; float32 and float64 stay as they are).
+
+    A policy built in float64 (``torch.set_default_dtype(torch.float64)``) so keeps float64 through rollouts and
+    updates, which the golden histories rely on (tests/golden).
+    """
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def working_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype a module's log-probs are kept in: its first parameter's, float32 or wider
+    (:func:`at_least_float32`)."""
+    return torch.promote_types(next(module.parameters()).dtype, torch.float32)
 
 
 @contextlib.contextmanager

@@ -142,9 +142,9 @@ def test_the_registry_lists_the_built_in_agents_in_the_papers_order() -> None:
 
 def test_each_agents_logged_keys_are_the_diagnostics_it_declares() -> None:
     """Every key of the golden histories (every family, every env kind) is declared by its class's spec."""
-    from tests.golden.histories import load_sets
+    from tests.golden.histories import load_cases
 
-    golden = next(iter(load_sets().values()))
+    golden = load_cases()
     seen: dict[str, set[str]] = {}
     for case, runs in golden.items():
         name = "TPO" if case.startswith("SeedBatch") else "GRPO" if case == "save_load_resume" else case.split("_")[0]

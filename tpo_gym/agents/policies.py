@@ -322,13 +322,13 @@ class MlpPolicy(CategoricalPolicy):
     def action_logits(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits ``[N, n_actions]``."""
         x = preprocess_obs(obs, self.observation_space, normalize_images=False)
-        return self.net(x.float().reshape(x.shape[0], -1))
+        return self.net(x.to(self.net[0].weight.dtype).reshape(x.shape[0], -1))
 
     def stacked_step_logits(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
         """Seed-stacked :meth:`step_logits` (see :meth:`CategoricalPolicy.stacked_step_logits`)."""
         s, n, t = obs.shape[:3]
         x = preprocess_obs(obs.reshape(s * n * t, *obs.shape[3:]), self.observation_space, normalize_images=False)
-        x = x.float().reshape(s, n * t, -1)
+        x = x.to(params["net.0.weight"].dtype).reshape(s, n * t, -1)
         for i, layer in enumerate(self.net):
             if isinstance(layer, nn.Linear):
                 x = stacked_linear(x, params[f"net.{i}.weight"], params.get(f"net.{i}.bias"))

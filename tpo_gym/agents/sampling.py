@@ -48,6 +48,7 @@ from tpo_gym.agents.env_copies import (
     single_group_api_available,
 )
 from tpo_gym.agents.policies import CategoricalPolicy
+from tpo_gym.objectives import at_least_float32, working_dtype
 from tpo_gym.agents.sb3_conventions import episode_entries
 from tpo_gym.envs.group import SyncGroupVectorEnv, group_reset
 
@@ -227,7 +228,7 @@ def sample_candidates(logits: torch.Tensor, k: int, generator: torch.Generator |
     :param k: number of draws per row (>= 1).
     :param generator: torch generator of the draws.
     """
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(at_least_float32(logits), dim=-1)
     return torch.multinomial(probs, k, replacement=True, generator=generator)
 
 
@@ -333,7 +334,7 @@ def collect_rollouts(
 
     obs_buf = np.empty((n, horizon, *obs.shape[1:]), dtype=obs.dtype)
     actions = torch.empty((n, horizon), dtype=torch.int64)
-    logp_old = torch.empty((n, horizon, n_actions), dtype=torch.float32)
+    logp_old = torch.empty((n, horizon, n_actions), dtype=working_dtype(policy))
     rewards = np.zeros((n, horizon), dtype=np.float32)
     mask = np.zeros((n, horizon), dtype=np.bool_)
     k = max(n_candidates, 1)
@@ -351,7 +352,7 @@ def collect_rollouts(
     for t in range(horizon):
         obs_buf[:, t] = obs
         mask[:, t] = alive
-        logits = decode(torch.as_tensor(obs, device=device)).float().cpu()
+        logits = at_least_float32(decode(torch.as_tensor(obs, device=device))).cpu()
         logp_old[:, t] = torch.log_softmax(logits, dim=-1)
         draws = sample_candidates(logits, k, generator)
         act = draws[:, 0]
@@ -455,7 +456,6 @@ def collect_stacked_rollouts(
     horizon, shape = env.horizon, (n_seeds, n)
     obs_buf = torch.empty((*shape, horizon, *obs.shape[1:]), dtype=obs.dtype, device=device)
     actions = torch.empty((*shape, horizon), dtype=torch.int64, device=device)
-    logp_old = torch.empty((*shape, horizon, n_actions), dtype=torch.float32, device=device)
     rewards = torch.zeros((*shape, horizon), dtype=torch.float32, device=device)
     k = max(n_candidates, 1)
     candidates = torch.empty((*shape, horizon, k), dtype=torch.int64, device=device) if n_candidates else None
@@ -467,7 +467,9 @@ def collect_stacked_rollouts(
     for t in range(horizon):
         obs = obs.reshape(*shape, *obs.shape[1:])
         obs_buf[:, :, t] = obs
-        logits = decode(obs).float()
+        logits = at_least_float32(decode(obs))
+        if t == 0:  # the decoder's working dtype: float32, or float64 for a float64 policy
+            logp_old = torch.empty((*shape, horizon, n_actions), dtype=logits.dtype, device=device)
         logp_old[:, :, t] = torch.log_softmax(logits, dim=-1)
         draws = torch.stack([sample_candidates(logits[s], k, g) for s, g in enumerate(generators)])
         actions[:, :, t] = draws[..., 0]

@@ -40,16 +40,17 @@ ELEMENTWISE_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.A
 # Muon on stacked matrices
 # --------------------------------------------------------------------------------------------
 def stacked_newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
-                          eps: float) -> torch.Tensor:
+                          eps: float, dtype: torch.dtype | None = torch.bfloat16) -> torch.Tensor:
     """torch Muon's Newton-Schulz orthogonalisation of each matrix of ``g`` ``[S, A, B]`` at once.
 
-    Per matrix ``X`` (in bfloat16, transposed to the wide orientation when ``A > B``):
-    ``X <- X / max(||X||_F, eps)``, then ``steps`` times ``G = X X^T``, ``X <- a X + (b G + c G G) X``.
+    Per matrix ``X`` (in ``dtype``: bfloat16 as torch's Muon, or ``None`` for ``g``'s own dtype; transposed to
+    the wide orientation when ``A > B``): ``X <- X / max(||X||_F, eps)``, then ``steps`` times ``G = X X^T``,
+    ``X <- a X + (b G + c G G) X``.
     """
     if g.ndim != 3:
         raise ValueError(f"stacked_newton_schulz needs [S, A, B] matrices, got shape {tuple(g.shape)}")
     a, b, c = coefficients
-    x = g.bfloat16()
+    x = g if dtype is None else g.to(dtype)
     transposed = g.size(1) > g.size(2)
     if transposed:
         x = x.mT

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from tpo_gym.objectives import at_least_float32
+
 __all__ = [
     "Prepared",
     "TargetBatch",
@@ -146,7 +148,7 @@ def run_epochs(n_epochs: int, params: Sequence[Sequence[torch.Tensor]], max_grad
                 torch.nn.utils.clip_grad_norm_(ps, max_norm)
         step()
         last = values
-    first_l, last_l, norms_l = torch.stack([first, last, norms.to(first.device)]).float().tolist()
+    first_l, last_l, norms_l = torch.stack([first, last, norms.to(first.device)]).double().tolist()
     return [{"loss": first_l[s], "final_loss": last_l[s], "grad_norm": norms_l[s]} for s in range(len(params))]
 
 
@@ -170,7 +172,7 @@ def accumulate_text_gradients(agent: Any, batch: Any, prepared: Any) -> torch.Te
             loss = loss + penalty
         loss = loss * share
         loss.backward()
-        total = total + loss.detach().float().cpu()
+        total = total + at_least_float32(loss.detach()).cpu()
     return total
 
 
