@@ -204,7 +204,7 @@ def test_device_checks_pass_on_the_cpu_and_catch_a_different_model(monkeypatch: 
     monkeypatch.setattr(checks, "FAMILIES", {"token: TPO_token": third_one_differs})
     monkeypatch.setattr(checks, "BATCHED", ())
     rows = checks.run_checks("cpu")
-    assert len(rows) == 1 and not rows[0]["ok"] and rows[0]["logits"] > checks.TOLERANCE["logits"], rows
+    assert len(rows) == 1 and not rows[0]["ok"] and rows[0]["loss"] > checks.TOLERANCE["loss"], rows
 
 
 def test_compressed_committed_records_are_seeded_and_unpacked_compressed(tmp_path: Path, gq: ModuleType) -> None:
@@ -229,3 +229,23 @@ def test_compressed_committed_records_are_seeded_and_unpacked_compressed(tmp_pat
     gq.unpack(paths, tmp_path / "results")
     assert sorted(p.name for p in (results / "runs").iterdir()) == ["r0.json.gz", "r1.json.gz"]
     assert json.loads(gzip.decompress((results / "runs" / "r1.json.gz").read_bytes())) == new
+
+
+def test_device_distribution_check_runs_whole_runs_on_both_sides_and_tests_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU against CPU (alone vs a SeedBatch): the same distribution, a test row per outcome with its power."""
+    checks = _module("gpu_checks")
+    monkeypatch.setattr(checks, "DISTRIBUTION", {**checks.DISTRIBUTION, "methods": ("TPO",)})
+    rows = checks.distribution_checks("cpu", 3)
+    assert [r["path"] for r in rows] == ["steps to 1%", "final error"]
+    assert all(r["ok"] for r in rows), rows
+    assert all("power" in r["test"] and "p = " in r["test"] for r in rows)
+
+
+def test_per_seed_outcomes_read_steps_to_one_percent_and_final_error() -> None:
+    checks = _module("gpu_checks")
+    records = [{"status": "ok", "spec": {"seed": 0}, "rows": [{"error": e} for e in (0.5, 0.005, 0.002)]},
+               {"status": "ok", "spec": {"seed": 1}, "rows": [{"error": e} for e in (0.5, 0.2, 0.1)]}]
+    assert checks.per_seed_outcomes(records) == {"steps to 1%": [1.0, float("inf")], "final error": [0.002, 0.1]}
+    with pytest.raises(RuntimeError, match=r"seeds \[1\] failed"):
+        checks.per_seed_outcomes([records[0], {**records[1], "status": "failed", "traceback": "boom"}])
