@@ -18,6 +18,7 @@ import contextlib
 import gzip
 import json
 import os
+import sys
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_writer", "atomic_write_bytes",
-           "atomic_write_text", "atomic_write_json", "read_json", "gzip_json_bytes", "read_json_gz"]
+           "atomic_write_text", "atomic_write_json", "parse_json", "read_json", "gzip_json_bytes", "read_json_gz"]
 
 #: Mode of every written file before the umask is applied.
 FILE_MODE = 0o644
@@ -105,9 +106,34 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
 
+def parse_json(data: bytes | str, source: str) -> Any:
+    """``data`` (UTF-8 bytes or text) parsed as JSON, never running code from it.
+
+    :raises ValueError: one line naming ``source`` and what is wrong: not UTF-8 text, not JSON, nested
+        too deeply (Python's recursion limit), or an integer too long to convert (Python's digit limit).
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); JSON files are "
+                         "UTF-8") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{source}: JSON nested too deeply to read") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            raise ValueError(f"{source}: holds an integer with more digits than Python converts "
+                             f"({sys.get_int_max_str_digits()})") from None
+        raise ValueError(f"{source}: not valid JSON ({exc})") from None
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file."""
-    return json.loads(Path(path).read_text())
+    """Read a JSON file (UTF-8).
+
+    :raises ValueError: it is not UTF-8 JSON (see :func:`parse_json`), naming the path.
+    """
+    return parse_json(Path(path).read_bytes(), str(path))
 
 
 def gzip_json_bytes(obj: Any) -> bytes:
@@ -129,7 +155,4 @@ def read_json_gz(path: str | os.PathLike[str], max_bytes: int) -> Any:
         raise ValueError(f"{path}: not a complete gzip file ({exc})") from exc
     if len(data) > max_bytes:
         raise ValueError(f"{path}: holds more than {max_bytes} bytes once decompressed")
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: not JSON once decompressed ({exc})") from exc
+    return parse_json(data, f"{path} (decompressed)")

@@ -97,9 +97,12 @@ def check_float(
     what = "a finite number" + (f" {rng}" if rng else "")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise ValueError(f"{name} must be {what}, got {_show(value)}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an integer past the float range (10**400): as out of range as inf
+        out = math.inf if value > 0 else -math.inf
     if not math.isfinite(out):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     if minimum is not None and (out <= minimum if strict_min else out < minimum):
         raise ValueError(f"{name} must be {what}, got {value!r}")
     if maximum is not None and out > maximum:

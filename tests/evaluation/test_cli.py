@@ -322,7 +322,8 @@ def test_a_damaged_run_record_is_named_in_the_report(capsys: pytest.CaptureFixtu
     record.write_text("[1, 2]")
     (out / "results.jsonl").write_text((out / "results.jsonl").read_text() + "not json\n")
     assert _run(capsys, ["report", str(out)])[0] == 0
-    assert f"`{record.stem}`" in (out / "report.md").read_text().split("cannot be read")[1]
+    assert f"`{record}: a run record must be a JSON object, got list`" in \
+        (out / "report.md").read_text().split("cannot be read")[1]
     _bench(capsys, preset, out, "--settings", "a", "--methods", "DG")  # the bench redoes it
     assert json.loads(record.read_text())["status"] == "ok"
 

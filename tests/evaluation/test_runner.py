@@ -122,6 +122,7 @@ def test_a_dying_worker_costs_only_its_own_run() -> None:
     records = {r["spec"]["seed"]: r for r in _run_local(tasks, 2, run=_dying_worker.run)}
     assert sorted(records) == list(range(6))
     assert records[0]["status"] == "failed" and "worker process died" in records[0]["traceback"]
+    assert "exited with code 137" in records[0]["traceback"], "how it died, not a guess"
     assert all(records[s]["status"] == "ok" for s in range(1, 6))
 
 

@@ -12,9 +12,10 @@ from tpo_gym._io import (
     current_umask,
     gzip_json_bytes,
     make_dirs,
+    parse_json,
     read_json,
     read_json_gz,
 )
 
 __all__ = ["FILE_MODE", "DIR_MODE", "current_umask", "make_dirs", "atomic_writer", "atomic_write_bytes",
-           "atomic_write_text", "atomic_write_json", "read_json", "gzip_json_bytes", "read_json_gz"]
+           "atomic_write_text", "atomic_write_json", "parse_json", "read_json", "gzip_json_bytes", "read_json_gz"]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
+from tpo_gym.evaluation.runner import MAX_STOP_AFTER_MINUTES, MAX_WORKERS
 
 __all__ = ["main", "build_parser"]
 
@@ -55,24 +56,28 @@ _ESTIMATE_NOTE = ("estimate: a work model per run kind times seconds per unit me
 
 
 def _positive_minutes(text: str) -> float:
-    """``--stop-after``: a positive, finite number of minutes."""
+    """``--stop-after``: a positive number of minutes, at most :data:`~.runner.MAX_STOP_AFTER_MINUTES`."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"--stop-after takes a positive number of minutes, got {text!r}")
+    if not math.isfinite(value) or not 0 < value <= MAX_STOP_AFTER_MINUTES:
+        raise argparse.ArgumentTypeError(f"--stop-after takes a positive number of minutes, got {text!r:.40}; "
+                                         f"at most {MAX_STOP_AFTER_MINUTES} (about 1.9 years)")
     return value
 
 
-def _positive_int(name: str):
+def _positive_int(name: str, maximum: int | None = None):
+    """An argparse type: an integer >= 1 (and <= ``maximum``), the error naming the flag ``name``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r:.40}") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be <= {maximum}, got {value}")
         return value
 
     return parse
@@ -129,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     presets.add_argument("name", nargs="?", help="a preset name or path to a preset .json file")
     presets.add_argument("--seeds", type=_positive_int("--seeds"), default=None,
                          help="number of seeds to estimate for (default: the preset's)")
-    presets.add_argument("--workers", type=_positive_int("--workers"), default=2,
+    presets.add_argument("--workers", type=_positive_int("--workers", MAX_WORKERS), default=2,
                          help="parallel runs for the wall-time estimate (default: 2)")
 
     bench = sub.add_parser("bench", help="run a benchmark preset and write its report", formatter_class=fmt,
@@ -142,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="preset name (see below) or path to a preset .json file (default: quick)")
     bench.add_argument("--seeds", type=_positive_int("--seeds"), default=None,
                        help="number of seeds, 0..N-1 (default: the preset's)")
-    bench.add_argument("--workers", type=_positive_int("--workers"), default=1,
-                       help="runs in parallel (default: 1)")
+    bench.add_argument("--workers", type=_positive_int("--workers", MAX_WORKERS), default=1,
+                       help=f"runs in parallel (default: 1, at most {MAX_WORKERS})")
     bench.add_argument("--settings", default=None, metavar="A,B",
                        help="run only these settings (comma-separated names of the preset's columns; any case)")
     bench.add_argument("--methods", default=None, metavar="X,Y",
@@ -204,10 +209,34 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _warn(command: str, refused: list[str], then: str = "") -> None:
+    """One stderr line per stored record that was refused (cannot be read or is invalid)."""
+    for line in refused:
+        print(f"tpo-gym {command}: warning: refused stored record {line}{then}", file=sys.stderr)
+
+
 def _fail(command: str, message: str, code: int = 2) -> None:
     """One line on stderr, no usage and no traceback, then exit."""
     print(f"tpo-gym {command}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def _check_path_text(command: str, flag: str, text: str) -> None:
+    """``text`` (a directory argument) must encode as UTF-8: the report writes it into report.md and
+    manifest.json, so a name with undecodable bytes (``runs/\\xff``) is refused before anything runs."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        _fail(command, f"{flag} {text!r} is not valid UTF-8 (it holds bytes no text encodes); use a UTF-8 name")
+
+
+def _default_out(preset: Preset) -> Path:
+    """``runs/<preset name>``, the default ``--out``: always one directory right under ``runs/`` (the name
+    is validated as a safe name; this checks it once more before anything is written)."""
+    out = Path("runs") / preset.name
+    if out.parent != Path("runs") or preset.name in ("", ".", ".."):
+        _fail("bench", f"preset name {preset.name!r} cannot name a directory under runs/: give --out")
+    return out
 
 
 def _check_out(out: Path) -> str | None:
@@ -335,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     from tpo_gym.evaluation.report import BadManifest, NoStoredRuns, build_report, select_report
 
     if args.command == "report":
+        _check_path_text("report", "DIR", args.dir)
         target = Path(args.dir)
         if target.exists() and not target.is_dir():
             _fail("report", f"{target} is not a directory")
@@ -353,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                     subs["report"].error(f"{given}: {exc}" if given else str(exc))
                 _check_run_count("report", Preset(data=manifest["preset"], source=str(target)), manifest["seeds"],
                                  args.seeds)
-            written = build_report(target, manifest)
+            refused: list[str] = []
+            written = build_report(target, manifest, refused)
+            _warn("report", refused)
         except NoStoredRuns as exc:
             _fail("report", str(exc), code=1)
         except FileNotFoundError as exc:
@@ -366,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from tpo_gym._validation import check_device
-    from tpo_gym.evaluation.runner import BackendError, PresetMismatch, bench, require_ray
+    from tpo_gym.evaluation.runner import BackendError, BenchLocked, PresetMismatch, bench, require_ray
 
     try:
         check_device(args.device)
@@ -374,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         subs["bench"].error(f"--device: {exc}")
     _check_selection("bench", args)
     if args.out is not None and not args.out.strip():
-        _fail("bench", "--out '' names no directory: give one, or leave --out out for runs/<preset>")
+        _fail("bench", f"--out {args.out!r} names no directory: give one, or leave --out out for runs/<preset>")
+    if args.out is not None:
+        _check_path_text("bench", "--out", args.out)
     try:
         preset = load_preset(args.preset)
         if args.settings is not None or args.methods is not None or args.setups is not None:
@@ -384,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     except (PresetError, BackendError) as exc:
         subs["bench"].error(str(exc))
     _check_run_count("bench", preset, args.seeds, args.seeds)
-    out = Path(args.out) if args.out is not None else Path("runs") / preset.name
+    out = Path(args.out) if args.out is not None else _default_out(preset)
     if args.list:
         print(describe_preset(preset, args.seeds, args.workers))
         print(_stored_line(preset, out, args.seeds))
@@ -401,7 +435,12 @@ def main(argv: list[str] | None = None) -> int:
                         command=command, progress=not args.no_progress, device=args.device,
                         seed_batch=args.seed_batch, replace_preset=args.replace_preset,
                         compress=args.compress, stop_after=args.stop_after)
-        build_report(out)
+        _warn("bench", summary.refused, "; it was run again")
+        refused: list[str] = []
+        build_report(out, refused=refused)
+        _warn("bench", [r for r in refused if r not in summary.refused])
+    except BenchLocked as exc:
+        _fail("bench", str(exc))
     except KeyboardInterrupt:
         _fail("bench", f"interrupted; the finished runs are stored in {out}: the same command resumes", code=130)
     except OSError as exc:
@@ -430,7 +469,7 @@ def _stored_line(preset: Preset, out: Path, seeds: int | None) -> str:
     from tpo_gym.evaluation.runner import stored_runs
 
     runs = preset.runs(preset.seeds if seeds is None else seeds)
-    stored = len(stored_runs(out, runs)) if (out / "runs").is_dir() else 0
+    stored = len(stored_runs(out, runs, preset.metric_keys)) if (out / "runs").is_dir() else 0
     if stored == len(runs):
         return f"stored: all {len(runs)} runs in {out} (a bench there runs nothing new)"
     return f"stored: {stored} of {len(runs)} runs in {out}; a bench there runs the other {len(runs) - stored}"

@@ -42,11 +42,13 @@ import difflib
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.evaluation._io import parse_json
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD, summary_column, unit_suffix
 from tpo_gym.evaluation.metrics import METRIC_TYPES as _INLINE_METRIC_TYPES
@@ -64,6 +66,8 @@ CHECK_TESTS = ("best", "worst", "order", "below", "above", "never", "paper", "wo
 
 _PAPER_STR = re.compile(r"^(-|[<>]\d+(\.\d+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.=+\-() ]+$")
+#: The longest preset name (it names the default output directory ``runs/<name>``).
+MAX_NAME_LENGTH = 100
 
 
 class PresetError(ValueError):
@@ -144,6 +148,17 @@ class Preset:
     @property
     def metrics(self) -> list[dict[str, Any]]:
         return self.data["metrics"]
+
+    @property
+    def metric_keys(self) -> frozenset[str]:
+        """The logged keys the report computes numbers from: those of the metrics and of the claim checks
+        (a run record's values under them must be finite and in range: :mod:`~tpo_gym.evaluation.records`)."""
+        keys = {m.get("key", "error") for m in self.metrics}
+        for claim in self.data.get("paper_claims", []):
+            for check in claim.get("checks", []) if isinstance(claim, dict) else []:
+                metric = check.get("metric")
+                keys.add(metric.get("key", "error") if isinstance(metric, dict) else check.get("key"))
+        return frozenset(k for k in keys if isinstance(k, str))
 
     @property
     def setups(self) -> list[str]:
@@ -417,9 +432,11 @@ def load_preset(name_or_path: str | Path) -> Preset:
             )
         path = presets[text]
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PresetError(f"preset file {path} is not valid JSON: {exc}") from exc
+        data = parse_json(path.read_bytes(), f"preset file {path}")
+    except OSError as exc:
+        raise PresetError(f"preset file {path} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise PresetError(str(exc)) from None
     validate_preset(data, source=str(path))
     data = expand_setups(data)
     validate_preset(data, source=str(path))
@@ -456,8 +473,12 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             _fail(source, f"missing field {key!r}")
         if not isinstance(data[key], typ) or isinstance(data[key], bool):
             _fail(source, f"field {key!r} must be {typ.__name__}")
+    _check_preset_name(source, data["name"])
     if "\n" in data["description"] or not data["description"].strip():
         _fail(source, "description must be one non-empty line")
+    for key in ("description", "paper_ref"):
+        if any(unicodedata.category(c) == "Cc" for c in data[key]):
+            _fail(source, f"{key} must be printable text, without control characters; got {data[key]!r:.80}")
     if not 1 <= data["seeds"] <= MAX_RUNS:
         _fail(source, f"seeds must be >= 1 and <= {MAX_RUNS}, got {data['seeds']}")
     if not data["settings"] or not data["methods"] or not data["metrics"]:
@@ -604,6 +625,16 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
         for j, check in enumerate(checks):
             _validate_check(source, f"paper_claims[{i}].checks[{j}]", check, method_names, setting_names,
                             metric_ids)
+
+
+def _check_preset_name(source: str, name: str) -> None:
+    """A preset name: letters, digits and ``_.=+-()`` and inner spaces, not starting with ``.``, at most
+    :data:`MAX_NAME_LENGTH` characters (it names the default output directory ``runs/<name>``, so never a path
+    such as ``../x`` or ``/``)."""
+    if not (_NAME.match(name) and not name.startswith(".") and name.strip() == name
+            and len(name) <= MAX_NAME_LENGTH):
+        _fail(source, f"preset name {name!r:.120} is not allowed: use letters, digits and _.=+-() (spaces inside), "
+                      f"not starting with '.', at most {MAX_NAME_LENGTH} characters")
 
 
 def _check_overrides(source: str, where: str, overrides: Any, method_names: list[str]) -> None:

@@ -14,26 +14,36 @@ Layout of an output directory ``OUT``:
   report per directory: a bench of another preset there is refused unless ``replace_preset``, which
   keeps the replaced preset's entry under ``other_presets`` (its runs stay; no run of one preset ever
   overwrites another's).
+* ``OUT/.tpo-gym-bench.lock`` -- held (``fcntl.flock``) by the one bench writing ``OUT``; a second bench
+  there is refused (:class:`BenchLocked`) while the first runs.
+
+Stored records are read through :func:`stored_record`, which refuses (:class:`~tpo_gym.evaluation.records.RecordError`,
+one line naming the file and the field) a path that is not a regular file, a file that is not JSON and a record
+that :func:`~tpo_gym.evaluation.records.validate_record` does not pass; a bench runs such a run again.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import importlib
 import multiprocessing as mp
 import os
+import signal
+import stat
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tpo_gym._validation import check_device
+from tpo_gym._validation import check_device, check_float, check_int
 from tpo_gym.evaluation._io import (
     atomic_write_bytes,
     atomic_write_json,
@@ -45,14 +55,38 @@ from tpo_gym.evaluation._io import (
 from tpo_gym.evaluation._provenance import git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
+from tpo_gym.evaluation.records import RecordError, validate_record
 
-__all__ = ["BACKENDS", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path", "load_record",
-           "read_record", "stored_runs", "require_ray", "switch_preset", "MAX_RECORD_BYTES"]
+try:  # POSIX; elsewhere two benches on one directory are not kept apart
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["BACKENDS", "BenchLocked", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path",
+           "load_record", "stored_record", "read_record", "stored_runs", "require_ray", "switch_preset",
+           "check_stop_after", "MAX_RECORD_BYTES", "MAX_STOP_AFTER_MINUTES", "MAX_WORKERS", "LOCK_NAME"]
 
 BACKENDS = ("local", "ray")
 RAY_HINT = "pip install 'tpo-gym[ray]'"
 #: A compressed run record holding more than this once decompressed is refused (a Table 1 run is ~0.4 MB).
 MAX_RECORD_BYTES = 256 * 2**20
+#: The longest ``stop_after`` deadline, in minutes (about 1.9 years; longer is as good as none).
+MAX_STOP_AFTER_MINUTES = 1_000_000
+#: The most parallel runs of one bench (worker processes, or the CPUs of a Ray started here).
+MAX_WORKERS = 1024
+#: The lock file a bench holds in its output directory.
+LOCK_NAME = ".tpo-gym-bench.lock"
+#: Seconds between a worker's checks that the bench that started it is still its parent.
+WATCHDOG_INTERVAL_S = 0.2
+
+
+class BenchLocked(RuntimeError):
+    """Another bench (process :attr:`pid`, ``None`` if unknown) is writing the output directory."""
+
+    def __init__(self, out: Path, pid: int | None) -> None:
+        super().__init__(f"another tpo-gym bench (pid {pid if pid is not None else 'unknown'}) is writing {out}; "
+                         "wait for it to finish (the same command then resumes), or use another --out")
+        self.pid = pid
 
 
 class BackendError(RuntimeError):
@@ -74,7 +108,8 @@ class BenchSummary:
 
     ``executed`` counts the runs started (``failed`` of them failed); with a deadline (``stop_after``),
     ``stopped`` says it was reached and ``left`` how many selected runs have no ``"ok"`` record yet
-    (not started, or stopped in flight: those leave no record).
+    (not started, or stopped in flight: those leave no record). ``refused``: one line per stored record that
+    could not be used (unreadable or invalid: those runs were run again).
     """
 
     out: Path
@@ -85,6 +120,7 @@ class BenchSummary:
     wall_s: float
     stopped: bool = False
     left: int = 0
+    refused: list[str] = field(default_factory=list)
 
 
 def _record_paths(out: Path, spec: RunSpec) -> tuple[Path, Path]:
@@ -101,7 +137,8 @@ def record_path(out: Path, spec: RunSpec, compress: bool | None = None) -> Path:
     """
     plain, packed = _record_paths(out, spec)
     if compress is None:
-        return packed if packed.is_file() else plain
+        regular = [p for p in (packed, plain) if p.is_file()]
+        return regular[0] if regular else packed if os.path.lexists(packed) else plain
     return packed if compress else plain
 
 
@@ -110,23 +147,71 @@ def read_record(path: Path) -> Any:
     return read_json_gz(path, MAX_RECORD_BYTES) if path.name.endswith(".gz") else read_json(path)
 
 
-def load_record(out: Path, spec: RunSpec) -> dict[str, Any] | None:
-    """The stored record of ``spec`` (plain or compressed) if it exists, can be read and was made with the
-    same configuration."""
-    path = record_path(out, spec)
-    if not path.is_file():
-        return None
+def _read_stored(path: Path) -> Any:
+    """The JSON content of the stored record at ``path``, which exists.
+
+    :raises RecordError: it is not a regular file (a directory or fifo is never opened), or cannot be read
+        or parsed.
+    """
     try:
-        rec = read_record(path)
-    except (OSError, ValueError):
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except OSError:  # a dangling link, say
+        regular = False
+    if not regular:
+        raise RecordError(f"{path}: not a regular file (a directory, link to nothing, fifo or device); "
+                          "move it away")
+    try:
+        return read_record(path)
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def stored_record(out: Path, spec: RunSpec, metric_keys: Collection[str] = ()) -> dict[str, Any] | None:
+    """The stored record of ``spec`` (plain or compressed), validated; ``None`` when none is stored or it was
+    made with another configuration (a changed preset).
+
+    :param metric_keys: the logged keys the report reads (see :attr:`Preset.metric_keys`).
+    :raises RecordError: a record is stored but cannot be read or is invalid (one line: the file and field).
+    """
+    path = record_path(out, spec)
+    if not os.path.lexists(path):
         return None
-    return rec if isinstance(rec, dict) and rec.get("config_hash") == spec.config_hash else None
+    rec = _read_stored(path)
+    if isinstance(rec, dict):
+        if not isinstance(rec.get("config_hash"), str):
+            raise RecordError(f"{path}: field 'config_hash' must be the hash of the run's configuration (text), "
+                              f"got {rec.get('config_hash')!r:.60}")
+        if rec["config_hash"] != spec.config_hash:
+            return None
+    return validate_record(rec, str(path), metric_keys)
 
 
-def stored_runs(out: Path, runs: list[RunSpec]) -> list[RunSpec]:
-    """The runs among ``runs`` whose ``"ok"`` record with the same configuration is stored under ``out``
-    (what a bench there would skip)."""
-    return [r for r in runs if (rec := load_record(out, r)) is not None and rec.get("status") == "ok"]
+def load_record(out: Path, spec: RunSpec, metric_keys: Collection[str] = ()) -> dict[str, Any] | None:
+    """:func:`stored_record`, ``None`` also for a record that cannot be used."""
+    try:
+        return stored_record(out, spec, metric_keys)
+    except RecordError:
+        return None
+
+
+def stored_runs(out: Path, runs: list[RunSpec], metric_keys: Collection[str] = (),
+                refused: list[str] | None = None) -> list[RunSpec]:
+    """The runs among ``runs`` whose valid ``"ok"`` record with the same configuration is stored under ``out``
+    (what a bench there would skip). A stored record that cannot be used counts as not stored; its one-line
+    reason is appended to ``refused``."""
+    done = []
+    for spec in runs:
+        try:
+            rec = stored_record(out, spec, metric_keys)
+        except RecordError as exc:
+            if refused is not None:
+                refused.append(str(exc))
+            continue
+        if rec is not None and rec["status"] == "ok":
+            done.append(spec)
+    return done
 
 
 def _write_record(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool) -> None:
@@ -190,8 +275,8 @@ def _check_replace(out: Path, manifest: dict[str, Any], preset: Preset, runs: li
     for spec in runs:
         path = record_path(out, spec)
         try:
-            rec = read_record(path) if path.is_file() else None
-        except (OSError, ValueError):
+            rec = _read_stored(path) if os.path.lexists(path) else None
+        except RecordError:
             continue
         ran = rec.get("spec") if isinstance(rec, dict) else None
         owner = ran.get("preset") if isinstance(ran, dict) else None
@@ -213,11 +298,50 @@ def _failed(spec: dict[str, Any], message: str) -> dict[str, Any]:
     return {"spec": spec, "status": "failed", "rows": [], "traceback": message, "wall_s": float("nan")}
 
 
-def _init_worker() -> None:
+def _init_worker(parent_pid: int | None = None) -> None:
+    """Set up a worker process: one thread, and (``parent_pid``) ended when that bench process is gone."""
+    if parent_pid is not None:
+        _watch_parent(parent_pid)
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 
     torch.set_num_threads(1)
+
+
+def _watch_parent(parent_pid: int, interval: float = WATCHDOG_INTERVAL_S) -> None:
+    """End this process as soon as ``parent_pid`` is no longer its parent: the bench that started it died,
+    even by ``kill -9``, which gives it no chance to stop its workers (an orphan would finish its run,
+    minutes maybe, for nobody). A daemon thread polls ``os.getppid()`` (POSIX and Windows alike)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tpo-gym-parent-watchdog", daemon=True).start()
+
+
+def _call(target: str, task: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``task`` run by the function named ``target`` (``"module:qualname"``), imported here in the worker: an
+    import error is then the task's own error, recorded with its traceback, not a worker process that dies
+    while unpickling the task (its traceback only on stderr)."""
+    module, _, qualname = target.partition(":")
+    func: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        func = getattr(func, part)
+    return func(task)
+
+
+def _death(processes: list[Any]) -> str:
+    """How the worker processes of a broken pool ended: a signal (SIGKILL: perhaps the out-of-memory killer)
+    or an exit code (an error in the worker process itself, its traceback on stderr)."""
+    codes = [p.exitcode for p in processes if p.exitcode]
+    if not codes:
+        return "it ended without a result"
+    code = codes[0]
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        return f"killed by {name}" + (", perhaps for lack of memory" if -code == signal.SIGKILL else "")
+    return f"it exited with code {code}: an error in the worker process itself, its traceback on stderr"
 
 
 class _Deadline(Exception):
@@ -260,9 +384,12 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         batch = pending[:suspects] if suspects else pending
         unfinished: list[int] = []
         broken = False
-        pool = ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx, initializer=_init_worker)
+        pool = ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(os.getpid(),))
+        processes = getattr(pool, "_processes", None)  # CPython's pool keeps them there (gone after shutdown)
+        target = f"{run.__module__}:{run.__qualname__}"
         try:
-            futures = {pool.submit(run, t): i for i, t in enumerate(batch)}
+            futures = {pool.submit(_call, target, t): i for i, t in enumerate(batch)}
             for fut in _as_completed_by(futures, deadline):
                 i = futures[fut]
                 try:
@@ -282,8 +409,8 @@ def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
         unfinished.sort()
         if broken and suspects:  # one worker: the first unfinished task is the one whose process died
             dead = batch[unfinished.pop(0)]
-            message = ("worker process died while running this run (killed, perhaps for lack of memory; "
-                       "the other runs were kept and rerun)")
+            how = _death(list((processes or {}).values()))
+            message = f"worker process died while running this run ({how}; the other runs were kept and rerun)"
             yield from (_failed(s, message) for s in dead)
         rest = pending[len(batch):]
         pending = [batch[i] for i in unfinished] + rest
@@ -400,29 +527,98 @@ def bench(
         manifest's ``compress_records``), else plain JSON. Records of the other form are still read.
     :param stop_after: minutes after which no run is started and the runs in flight are stopped, leaving no
         record (a clean stop at a deadline: everything finished before it is stored, and the same call
-        goes on). The summary's ``stopped`` and ``left`` say whether it was reached and what is left.
+        goes on). The summary's ``stopped`` and ``left`` say whether it was reached and what is left. At most
+        :data:`MAX_STOP_AFTER_MINUTES`.
     :raises PresetError: more runs than :data:`~tpo_gym.evaluation.presets.MAX_RUNS`.
+    :raises ValueError: an argument out of its range (``workers`` at most :data:`MAX_WORKERS`), naming it.
+    :raises BenchLocked: another bench is writing ``out`` (:data:`LOCK_NAME`).
+
+    A stored record that cannot be used (unreadable, or refused by
+    :func:`~tpo_gym.evaluation.records.validate_record`) is not a finished run: it is run again, and the
+    summary's ``refused`` says why each was. A run that returns an invalid ``"ok"`` record (a NaN error, say)
+    is stored as failed, with the reason. The records of the selection end up in the form of
+    ``compress``, which the manifest's ``compress_records`` then states.
     """
     device = check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = check_int("workers", workers, minimum=1, maximum=MAX_WORKERS)
     if isinstance(seed_batch, bool) or not isinstance(seed_batch, int) or seed_batch < 1:
         raise ValueError(f"seed_batch must be an int >= 1 (seeds trained together per process), got {seed_batch!r}")
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int | float)
-                                   or not math.isfinite(stop_after) or stop_after <= 0):
-        raise ValueError(f"stop_after must be a positive number of minutes, got {stop_after!r}")
+    if stop_after is not None:
+        stop_after = check_stop_after(stop_after)
     if compress is not None and not isinstance(compress, bool):
         raise ValueError(f"compress must be True, False or None (as the last bench there), got {compress!r}")
-    deadline = None if stop_after is None else time.monotonic() + 60.0 * float(stop_after)
+    deadline = None if stop_after is None else time.monotonic() + 60.0 * stop_after
     n_seeds = preset.seeds if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {n_seeds}")
     preset.run_count(n_seeds)  # a count that would not fit in memory: refused before any run is made
     if backend == "ray":
         require_ray()
-    out = Path(out)
+    out = make_dirs(out)
+    with _bench_lock(out):
+        return _bench_locked(preset, out, n_seeds, workers, backend, command, progress, device, seed_batch,
+                             replace_preset, compress, deadline)
+
+
+def check_stop_after(value: Any, name: str = "stop_after") -> float:
+    """``value`` as a number of minutes if it is in ``(0,`` :data:`MAX_STOP_AFTER_MINUTES` ``]``, else
+    ``ValueError`` naming ``name``, the value and the range."""
+    return check_float(f"{name} (minutes)", value, minimum=0, maximum=MAX_STOP_AFTER_MINUTES, strict_min=True)
+
+
+@contextlib.contextmanager
+def _bench_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s :data:`LOCK_NAME` (``fcntl.flock``, released when the process ends, however it ends) for
+    the ``with`` block, the holder's pid written in it.
+
+    :raises BenchLocked: another process holds it.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            raise BenchLocked(out, int(holder) if holder.isdigit() else None) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _store(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool, metric_keys: Collection[str]) -> bool:
+    """Store the record a run returned, an ``"ok"`` one that :func:`validate_record` refuses as ``"failed"``
+    with the reason (never a silent NaN kept as finished). Whether it is stored as ``"ok"``."""
+    rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
+    rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if rec["status"] == "ok":
+        try:
+            validate_record(rec, f"run {spec.run_id}", metric_keys)
+        except RecordError as exc:
+            rec.update(status="failed", traceback=f"the run returned an invalid record: {exc}")
+    _write_record(out, spec, rec, compress)
+    return rec["status"] == "ok"
+
+
+def _recompress(out: Path, runs: list[RunSpec], compress: bool) -> None:
+    """Store the records of ``runs`` (all stored and valid) in the form ``compress`` asks for, so the manifest's
+    ``compress_records`` holds for every record of its selection."""
+    for spec in runs:
+        path = record_path(out, spec)
+        if path.name.endswith(".gz") != compress:
+            _write_record(out, spec, _read_stored(path), compress)
+
+
+def _bench_locked(preset: Preset, out: Path, n_seeds: int, workers: int, backend: str, command: str | None,
+                  progress: bool, device: str, seed_batch: int, replace_preset: bool, compress: bool | None,
+                  deadline: float | None) -> BenchSummary:
+    """:func:`bench` once its arguments are checked and ``out``'s lock is held."""
     manifest_path = out / "manifest.json"
     manifest = _previous_manifest(manifest_path)
     runs = preset.runs(n_seeds)
@@ -437,7 +633,10 @@ def bench(
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
-    done = {r.run_id for r in stored_runs(out, runs)}
+    refused: list[str] = []
+    finished = stored_runs(out, runs, preset.metric_keys, refused)
+    _recompress(out, finished, compress)
+    done = {r.run_id for r in finished}
     todo = [r for r in runs if r.run_id not in done]
     by_id = {r.run_id: r for r in todo}
     t0 = time.perf_counter()
@@ -458,11 +657,8 @@ def bench(
         try:
             for rec in stream:
                 spec = RunSpec.from_dict(rec["spec"])
-                rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
-                rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                _write_record(out, by_id.get(spec.run_id, spec), rec, compress)
+                failed += not _store(out, by_id.get(spec.run_id, spec), rec, compress, preset.metric_keys)
                 recorded.add(spec.run_id)
-                failed += rec["status"] != "ok"
                 bar.update(1)
                 bar.set_postfix(failed=failed)
         except _Deadline:
@@ -478,4 +674,4 @@ def bench(
                                     "git_commit": git_commit(), "versions": package_versions()})
     atomic_write_json(manifest_path, manifest)
     return BenchSummary(out=out, total=len(runs), executed=executed, skipped=len(runs) - len(todo),
-                        failed=failed, wall_s=wall, stopped=stopped, left=left)
+                        failed=failed, wall_s=wall, stopped=stopped, left=left, refused=refused)

@@ -147,13 +147,18 @@ def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict
     return buf.getvalue()
 
 
-def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Path]:
+def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
+                 refused: list[str] | None = None) -> dict[str, Path]:
     """Rebuild every report file of ``out`` from its manifest and stored runs.
 
     ``manifest``: another selection of the runs (from :func:`select_report`), written to
     ``manifest.json`` only once the report is built. ``results.jsonl`` holds the rows of the report's
     runs and keeps those of every other run it held (for a directory without ``runs/*.json``, such as a
     committed report, it is the only copy).
+
+    A stored record (or ``results.jsonl`` run) that cannot be read or is invalid
+    (:func:`~tpo_gym.evaluation.records.validate_record`) is never used: the report lists it under "Failed and
+    missing runs", and its one-line reason is appended to ``refused`` (when given).
 
     :return: ``{name: path}`` of the files written.
     :raises FileNotFoundError: ``out`` has no ``manifest.json`` (nothing was benchmarked there).
@@ -169,6 +174,8 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dic
     preset, full_methods, drift = _presentation(run_preset)
     n_seeds = int(manifest["seeds"])
     records, from_jsonl, damaged = _load_runs(preset, out, n_seeds)
+    if refused is not None:
+        refused += damaged
     if not records and (out / "report.md").is_file():
         what = "the selected runs" if selected else "its preset"
         raise NoStoredRuns(f"{out} holds no stored run (runs/*.json or results.jsonl) of {what}: nothing to "
@@ -186,7 +193,7 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dic
         for row in rec["rows"]:
             lines.append(json.dumps({"run_id": spec.run_id, "method": spec.method, "setting": spec.setting,
                                      "seed": spec.seed, "config_hash": spec.config_hash, **row}))
-    lines += [line for run_id, line, _ in _jsonl_lines(out) if run_id not in reported]  # other runs' rows stay
+    lines += [line for _, run_id, line, _ in _jsonl_lines(out) if run_id not in reported]  # other runs' rows stay
     written["results.jsonl"] = atomic_write_text(out / "results.jsonl", "\n".join(lines) + ("\n" if lines else ""))
 
     figures = _figures(preset, cells, out, n_seeds)
@@ -234,9 +241,10 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None) -> dic
             tb = (rec.get("traceback") or "").strip().splitlines()
             md.append(f"- `{rec.get('run_id')}`: `{tb[-1] if tb else 'unknown error'}`")
         if damaged:
-            md.append(f"- {len(damaged)} run record(s) under runs/ cannot be read (not a JSON object; shown from "
-                      "results.jsonl where it has them, else as not run yet; a bench rerun redoes them): "
-                      + ", ".join(f"`{r}`" for r in damaged))
+            md.append(f"- {len(damaged)} stored record(s) cannot be read or are invalid, and were not used (a run "
+                      "refused under runs/ is shown from results.jsonl where it has a valid copy, else as not run "
+                      "yet; a bench rerun redoes it):")
+            md += [f"  - `{line.replace('`', chr(39))}`" for line in damaged]
         md.append("")
     written["report.md"] = atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     if selected:

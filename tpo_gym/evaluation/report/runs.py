@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from tpo_gym.evaluation._io import read_json
+from tpo_gym.evaluation._io import parse_json, read_json
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
+from tpo_gym.evaluation.records import RecordError, validate_record
 from tpo_gym.evaluation.report.values import Cell
-from tpo_gym.evaluation.runner import load_record, read_record, record_path
+from tpo_gym.evaluation.runner import stored_record
 
 
 class NoStoredRuns(FileNotFoundError):
@@ -44,74 +45,78 @@ def _presentation(run_preset: Preset) -> tuple[Preset, list[str], str | None]:
     return Preset(data=current.data, source=run_preset.source), [m["name"] for m in full.methods], None
 
 
-def _jsonl_lines(out: Path) -> list[tuple[str | None, str, dict[str, Any] | None]]:
-    """``(run_id, line, row)`` of each non-blank line of ``results.jsonl``; ``run_id`` and ``row`` are
-    ``None`` for a line that is not a JSON object with a ``run_id`` (kept as text, never parsed again)."""
+def _jsonl_lines(out: Path) -> list[tuple[int, str | None, str, dict[str, Any] | None]]:
+    """``(line number, run_id, line, row)`` of each non-blank line of ``results.jsonl``; ``run_id`` and ``row``
+    are ``None`` for a line that is not a JSON object with a ``run_id`` (kept as text, never parsed again)."""
     path = out / "results.jsonl"
     if not path.is_file():
         return []
-    lines: list[tuple[str | None, str, dict[str, Any] | None]] = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
+    lines: list[tuple[int, str | None, str, dict[str, Any] | None]] = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(raw, f"{path} line {number}")
         except ValueError:
             row = None
         ok = isinstance(row, dict) and isinstance(row.get("run_id"), str)
-        lines.append((row["run_id"] if ok else None, line, row if ok else None))
+        lines.append((number, row["run_id"] if ok else None, raw.decode("utf-8", "replace"), row if ok else None))
     return lines
 
 
-def _jsonl_runs(out: Path) -> dict[str, dict[str, Any]]:
-    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"rows", "config_hash"?}}`` (unreadable lines skipped)."""
+def _jsonl_runs(out: Path, metric_keys: Collection[str], refused: list[str]) -> dict[str, dict[str, Any]]:
+    """Runs rebuilt from ``results.jsonl``: ``{run_id: {"status", "rows", "config_hash"}}``, each passed by the
+    record validator (a run that fails it is left out, its one-line reason appended to ``refused``; lines that
+    are not a JSON object with a ``run_id`` are skipped)."""
     runs: dict[str, dict[str, Any]] = {}
-    for run_id, _, row in _jsonl_lines(out):
+    lines: dict[str, list[str]] = {}
+    for number, run_id, _, row in _jsonl_lines(out):
         if row is None:
             continue
         row = dict(row)
         row.pop("run_id")
-        run = runs.setdefault(run_id, {"rows": [], "config_hash": row.get("config_hash")})
+        run = runs.setdefault(run_id, {"status": "ok", "rows": [], "config_hash": row.get("config_hash")})
         for k in ("method", "setting", "seed", "config_hash"):
             row.pop(k, None)
         run["rows"].append(row)
-    return runs
-
-
-def _unreadable(path: Path) -> bool:
-    """Whether the run record at ``path`` exists but is not a JSON object (a damaged file)."""
-    if not path.is_file():
-        return False
-    try:
-        return not isinstance(read_record(path), dict)
-    except (OSError, ValueError):
-        return True
+        lines.setdefault(run_id, []).append(f"line {number}")
+    valid = {}
+    for run_id, run in runs.items():
+        try:
+            valid[run_id] = validate_record(run, f"{out / 'results.jsonl'} (run {run_id})", metric_keys,
+                                            lines[run_id])
+        except RecordError as exc:
+            refused.append(str(exc))
+    return valid
 
 
 def _load_runs(preset: Preset, out: Path, n_seeds: int) -> tuple[dict[str, dict[str, Any]], int, list[str]]:
-    """``({run_id: record}, number of runs taken from results.jsonl, run records that cannot be read)``
-    of every stored run of ``preset``."""
+    """``({run_id: record}, number of runs taken from results.jsonl, refused)`` of every stored run of
+    ``preset``; ``refused``: one line per stored record (or ``results.jsonl`` run) that cannot be read or is
+    invalid (:func:`~tpo_gym.evaluation.records.validate_record`), never used."""
     records: dict[str, dict[str, Any]] = {}
     lacking = []
-    damaged = []
+    refused: list[str] = []
     for spec in preset.runs(n_seeds):
-        rec = load_record(out, spec)
+        try:
+            rec = stored_record(out, spec, preset.metric_keys)
+        except RecordError as exc:
+            refused.append(str(exc))
+            rec = None
         if rec is None:
             lacking.append(spec)
-            if _unreadable(record_path(out, spec)):
-                damaged.append(spec.run_id)
         else:
             records[spec.run_id] = rec
     from_jsonl = 0
     if lacking:
-        stored = _jsonl_runs(out)
+        stored = _jsonl_runs(out, preset.metric_keys, refused)
         for spec in lacking:
             run = stored.get(spec.run_id)
             if run is None or (run["config_hash"] is not None and run["config_hash"] != spec.config_hash):
                 continue
             records[spec.run_id] = {"status": "ok", "rows": run["rows"], "wall_s": None}
             from_jsonl += 1
-    return records, from_jsonl, damaged
+    return records, from_jsonl, refused
 
 
 def _collect(preset: Preset, records: dict[str, dict[str, Any]], n_seeds: int) -> dict[tuple[str, str], Cell]:
@@ -144,8 +149,8 @@ def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
     try:
         manifest = read_json(manifest_path)
     except ValueError as exc:
-        raise BadManifest(f"{manifest_path} is not valid JSON ({exc}); move it away and rerun `tpo-gym bench` "
-                          "with the same --out to write a new one (the stored runs are kept)") from None
+        raise BadManifest(f"{exc}; move it away and rerun `tpo-gym bench` with the same --out to write a new one "
+                          "(the stored runs are kept)") from None
     _check_manifest(manifest, str(manifest_path))
     return manifest_path, manifest
 
