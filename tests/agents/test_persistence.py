@@ -303,6 +303,29 @@ def test_a_bad_field_is_refused_at_load_naming_it(tmp_path: Path, field: str, va
     assert named in str(info.value)
 
 
+SYSTEM_EDITS: list[tuple[str, Any, str]] = [
+    ("kwargs.n_threads", 10**6, r"n_threads must be an integer >= 1 and <= 4096, got 1000000"),
+    ("kwargs.n_threads", 2.0, r"n_threads must be an integer >= 1 and <= 4096, got 2.0 \(float\)"),
+    ("kwargs.tensorboard_log", "", r"tensorboard_log must be None or a non-empty directory path .*, got ''"),
+    ("kwargs.tensorboard_log", "runs\x00/x", r"tensorboard_log must be None or .* without NUL, got 'runs\\x00/x'"),
+    ("kwargs.tensorboard_log", "r" * 5000,
+     r"tensorboard_log must be .* at most 4096 characters without NUL, got 'rrr.*\.\.\. \(5002 characters\)"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), SYSTEM_EDITS, ids=["threads-huge", "threads-float",
+                                                                          "log-empty", "log-nul", "log-long"])
+def test_threads_and_log_dir_from_a_file_are_checked_as_the_constructor_checks_them(
+        tmp_path: Path, field: str, value: Any, message: str) -> None:
+    small_tpo().save(tmp_path / "m.zip")
+    with pytest.raises(AgentFileError, match=rf"field '{field}' is not valid: {message}"):
+        TPO.load(_edited(tmp_path / "m.zip", tmp_path / "edited.zip", field, value))
+    with pytest.raises(ValueError, match=message):
+        small_tpo(**{field.split(".")[1]: value})
+    good = TPO.load(_edited(tmp_path / "m.zip", tmp_path / "ok.zip", field, 2 if "threads" in field else "runs"))
+    assert (good.n_threads, good.tensorboard_log) == ((2, None) if "threads" in field else (1, "runs"))
+
+
 def test_missing_settings_are_listed(tmp_path: Path) -> None:
     model = small_tpo()
     model.save(tmp_path / "m.zip")

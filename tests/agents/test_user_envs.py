@@ -15,12 +15,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor, load_results
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
-from tpo_gym import CE, TPO
+from tests.agents.lm_toys import lm_kwargs, say_letter_env
+from tpo_gym import CE, GRPO, PPO, TPO
 from tpo_gym.envs import check_group_env
 from tpo_gym.envs.group import SyncGroupVectorEnv
 
@@ -164,6 +166,25 @@ def test_monitor_files_of_make_vec_env_and_vec_monitor_get_the_episodes(tmp_path
     assert len(rows) == vec.episode_count > 0 and rows["l"].sum() == model.num_timesteps
 
 
+def test_a_recorded_wrapper_changed_after_construction_is_rebuilt_as_it_is_now() -> None:
+    """A RecordConstructorArgs wrapper is re-created from its arguments, then given copies of the attributes the
+    user changed since (its spec alone would re-create it as it was made)."""
+    env = gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: 2.0 * r)
+    env.func = lambda r: 5.0 * r
+    model = TPO("MlpPolicy", env, batch_size=4, seed=0)
+    model.learn(100)
+    assert model.rollout_batch.returns.tolist() == (5.0 * model.rollout_batch.lengths.float()).tolist()
+    assert all(e.func(1.0) == 5.0 for e in model.get_rollout_env().venv.envs)
+    unchanged = gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: 2.0 * r)
+    source = TPO("MlpPolicy", unchanged, batch_size=4).rollout_source
+    assert source is not None and source.spec is not None  # unchanged: still rebuilt from its spec
+    locked = gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: r)
+    locked.lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"cannot copy the attribute 'lock' that was changed on the wrapper "
+                                        r"TransformReward after it was made"):
+        TPO("MlpPolicy", locked, batch_size=4)
+
+
 def test_a_dummy_vec_env_of_a_wrapped_env_works() -> None:
     model = TPO("MlpPolicy", DummyVecEnv([lambda: MyWrap(gym.make("CartPole-v1"))] * 2), batch_size=4, seed=0)
     model.learn(100)
@@ -259,3 +280,88 @@ def test_sync_group_vector_env_is_a_checked_vector_form_of_a_single_group_env() 
         venv.reset(seed=0, options={"group_size": 3})
     with pytest.raises(TypeError, match=r"needs envs with score_candidates .*CartPoleEnv has none"):
         SyncGroupVectorEnv([lambda: gym.make("CartPole-v1")])
+
+
+# ------------------------------------------------------------------------------------------
+# envs made with a render_mode, and SB3's make_vec_env of them
+# ------------------------------------------------------------------------------------------
+RENDERED = [("tpo_gym/Bandit-v0", {"n_arms": 4}), ("tpo_gym/ContextualBandit-v0", {"n_contexts": 5, "n_arms": 3}),
+            ("tpo_gym/TokenTask-v0", {"length": 3}), ("tpo_gym/MNISTBandit-v0", {})]
+
+
+@pytest.mark.parametrize("cls", [TPO, PPO])
+@pytest.mark.parametrize(("env_id", "kwargs"), RENDERED)
+def test_agents_train_on_a_tpo_gym_env_made_with_a_render_mode(cls: type, env_id: str, kwargs: dict[str, Any]) -> None:
+    for mode in ("ansi", "rgb_array"):
+        model = cls("MlpPolicy", gym.make(env_id, render_mode=mode, **kwargs), batch_size=4, seed=0)
+        model.learn(model.steps_per_iteration)
+        assert len(model.history) == 1
+
+
+@pytest.mark.parametrize("cls", [TPO, GRPO])
+def test_agents_train_on_make_vec_env_of_a_tpo_gym_env_with_a_render_mode(cls: type) -> None:
+    for env_id, kwargs in RENDERED[:3]:
+        venv = make_vec_env(env_id, n_envs=2, env_kwargs={"render_mode": "rgb_array", **kwargs})
+        model = cls("MlpPolicy", venv, batch_size=4, group_size=2, seed=0)
+        model.learn(model.steps_per_iteration)
+        assert model.get_rollout_env().native and len(model.history) == 1
+
+
+def test_a_text_env_made_with_a_render_mode_trains() -> None:
+    env = gym.make("tpo_gym/ReasoningGym-v0", dataset="gcd", size=10, seed=0, render_mode="ansi")
+    model = TPO("CausalLMPolicy", env, policy_kwargs=lm_kwargs(), batch_size=2, group_size=2, seed=0)
+    model.learn(model.steps_per_iteration)
+    assert len(model.history) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# sequence-level groups score the rewards of the user's reward wrappers
+# ------------------------------------------------------------------------------------------
+class OneMinus(gym.RewardWrapper):
+    def reward(self, reward: float) -> float:
+        return 1.0 - reward
+
+
+class Identity(gym.RewardWrapper):
+    def reward(self, reward: float) -> float:
+        return reward
+
+
+class NaNReward(gym.RewardWrapper):
+    def reward(self, reward: float) -> float:
+        return float("nan")
+
+
+def _trained_params(cls: type, env: gym.Env[Any, Any]) -> torch.Tensor:
+    model = cls("MlpPolicy", env, batch_size=4, group_size=4, seed=0)
+    assert model.level == "sequence"
+    model.learn(2 * model.steps_per_iteration)
+    return torch.cat([p.detach().flatten() for p in model.policy.parameters()])
+
+
+@pytest.mark.parametrize("cls", [TPO, GRPO])
+def test_sequence_level_groups_train_on_the_rewards_of_a_reward_wrapper(cls: type) -> None:
+    def bandit() -> gym.Env[Any, Any]:
+        return gym.make("tpo_gym/Bandit-v0", n_arms=4, correct_arm=1)
+
+    flipped, same = _trained_params(cls, OneMinus(bandit())), _trained_params(cls, Identity(bandit()))
+    assert not torch.equal(flipped, same)
+    assert torch.equal(same, _trained_params(cls, MyWrap(bandit())))  # an identity wrapper trains as none
+    with pytest.raises(ValueError, match=r"rewards of rollout 0 sum to nan \(after the wrapper\(s\) NaNReward\); "
+                                         r"group methods need finite rewards"):
+        _trained_params(cls, NaNReward(bandit()))
+
+
+def test_a_token_task_in_a_reward_wrapper_is_scored_by_the_wrapped_rewards() -> None:
+    model = TPO("TransformerPolicy", OneMinus(gym.make(TOKEN, length=3)), batch_size=4, group_size=2, seed=0, **SMALL)
+    model.learn(model.steps_per_iteration)
+    batch = model.rollout_batch
+    scores, _ = model.group_scores(batch)
+    assert scores.flatten().tolist() == (batch.returns / 3).tolist()
+
+
+def test_a_reward_wrapper_around_a_text_env_is_refused_naming_it() -> None:
+    model = TPO("CausalLMPolicy", OneMinus(say_letter_env()), policy_kwargs=lm_kwargs(), batch_size=2, group_size=2)
+    with pytest.raises(ValueError, match=r"scores a text env's completions with its score_candidates, which the "
+                                         r"wrapper\(s\) OneMinus around it cannot change"):
+        model.learn(model.steps_per_iteration)

@@ -159,6 +159,24 @@ def test_sb3_make_vec_env_builds_every_env_without_a_warning(env_id: str) -> Non
 
 
 @pytest.mark.parametrize("env_id", NATIVE_IDS)
+def test_native_vector_and_tensor_envs_take_the_render_mode_of_their_single_env(env_id: str) -> None:
+    """An env made with a render_mode carries it in its spec, which the vector forms are built from (Gymnasium's
+    make_vec, an agent's rollouts): they take it, keep it, and say they do not render."""
+    spec = gym.make(env_id, render_mode="ansi", **fast_kwargs(env_id)).spec
+    venv = gym.make_vec(spec, 2, vectorization_mode="vector_entry_point")
+    assert venv.render_mode == "ansi"
+    venv.reset(seed=0)
+    with pytest.raises(NotImplementedError, match=r"does not render \(its render_mode 'ansi' is only recorded\); "
+                                                  r"render a single env"):
+        venv.render()
+    tensor_env = load_env_creator(spec.vector_entry_point).tensor_env
+    if tensor_env is not None:
+        assert tensor_env(2, **spec.kwargs).render_mode == "ansi"
+    with pytest.raises(ValueError, match=r"render_mode must be None or one of \['ansi', 'rgb_array'\], got 'human'"):
+        gym.make_vec(env_id, 2, vectorization_mode="vector_entry_point", render_mode="human", **fast_kwargs(env_id))
+
+
+@pytest.mark.parametrize("env_id", NATIVE_IDS)
 def test_gymnasium_checker_passes_with_its_render_checks(env_id: str) -> None:
     """``check_env`` with the render checks: every declared mode, made from the spec, renders what it should."""
     assert gym.spec(env_id).entry_point is not None

@@ -1,5 +1,6 @@
 """check_group_env refuses what the docs call a broken contract: scores that are not float32, and a score_candidates
-that draws from the env's random number generators (a side effect a same-seed episode comparison can miss)."""
+that draws from the env's random number generators or overwrites the candidates it is given (side effects a
+same-seed episode comparison can miss)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,22 @@ class _VectorFloat64Scores(RepeatDigitVectorEnv):
         return super().score_candidates(candidates).astype(np.float64)
 
 
+class _OverwritesCandidates(RepeatDigitEnv):
+    """Scores right, then reuses the candidates array as scratch space (the agents keep and train on it)."""
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        scores = super().score_candidates(candidates)
+        candidates[:] = 0
+        return scores
+
+
+class _VectorSortsCandidates(RepeatDigitVectorEnv):
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        scores = super().score_candidates(candidates)
+        candidates.sort(axis=1)
+        return scores
+
+
 @pytest.mark.parametrize(
     ("env", "match"),
     [
@@ -79,9 +96,15 @@ class _VectorFloat64Scores(RepeatDigitVectorEnv):
         (_DrawsFromItsOwnGenerators("python"), r"generator \(_DrawsFromItsOwnGenerators.py\)"),
         (_DrawsFromItsOwnGenerators("torch"), r"generator \(_DrawsFromItsOwnGenerators.torch_gen\)"),
         (_VectorDrawsFromNpRandom(4), r"_VectorDrawsFromNpRandom.score_candidates after reset\(seed=0\) drew from"),
+        (_OverwritesCandidates(), r"_OverwritesCandidates.score_candidates after reset\(seed=0\) overwrote the "
+                                  r"candidates it was given \(candidates\[0\] was 85, left 0\): .*scoring must only "
+                                  r"read it"),
+        (_VectorSortsCandidates(4), r"_VectorSortsCandidates.score_candidates .* overwrote the candidates it was "
+                                    r"given"),
     ],
     ids=["float64", "float16", "vector_float64", "np_random", "np_random_one_step", "generator_list",
-         "random_state", "python_random", "torch_generator", "vector_np_random"],
+         "random_state", "python_random", "torch_generator", "vector_np_random", "overwrites_candidates",
+         "vector_sorts_candidates"],
 )
 def test_check_group_env_raises_on_non_float32_scores_and_rng_side_effects(env: Any, match: str) -> None:
     with pytest.raises(GroupEnvError, match=match):

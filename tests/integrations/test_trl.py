@@ -212,6 +212,47 @@ def test_bad_configs_name_the_setting(tmp_path: Path) -> None:
                         train_dataset=trl_toys.dataset())
 
 
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("eta", 10**400, r"eta must be a finite number > 0, got 1000.*\(int\)"),
+    ("eta", float("nan"), r"eta must be a finite number > 0, got nan"),
+    ("beta", float("nan"), r"beta must be a finite number >= 0, got nan"),
+    ("beta", float("inf"), r"beta must be a finite number >= 0, got inf"),
+    ("target_update", "bogus", r"target_update must be one of \['auto', 'groups', 'weights'\], got 'bogus'"),
+    ("num_generations", 2.5, r"num_generations must be an integer >= 2, got 2.5 \(float\)"),
+    ("num_generations", "4", r"num_generations must be an integer >= 2, got '4' \(str\)"),
+], ids=["eta-huge", "eta-nan", "beta-nan", "beta-inf", "target_update", "num_generations-float", "num_generations-str"])
+def test_one_validator_checks_the_config_when_built_and_when_the_trainer_gets_it(
+        tmp_path: Path, name: str, value: object, message: str) -> None:
+    """TargetPOConfig's __post_init__ and TargetPOTrainer run the same check_config: a value set after the
+    config was built is refused by the trainer (at init, and before a generation) as the config refuses it."""
+    base = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": "none", "num_generations": 4,
+            "per_device_train_batch_size": 4}
+    with pytest.raises(ValueError, match=message):
+        TargetPOConfig(**{**base, name: value})
+    args = TargetPOConfig(**base)
+    setattr(args, name, value)
+    with pytest.raises(ValueError, match=message):
+        tpo_trl.check_config(args)
+    with pytest.raises(ValueError, match=message):
+        TargetPOTrainer(model=tiny_llama(), reward_funcs=trl_toys.reward_count_a, args=args,
+                        train_dataset=trl_toys.dataset(), processing_class=tiny_tokenizer())
+
+
+def test_a_beta_set_to_nan_after_the_trainer_is_made_stops_training_before_it_starts(tmp_path: Path) -> None:
+    tok = tiny_tokenizer()
+    args = TargetPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=4, max_steps=1,
+                          max_completion_length=8, use_cpu=True, report_to="none", save_strategy="no",
+                          disable_tqdm=True)
+    trainer = TargetPOTrainer(model=tiny_llama(), reward_funcs=trl_toys.reward_count_a, args=args,
+                              train_dataset=trl_toys.dataset(4), processing_class=tok,
+                              rollout_func=trl_toys.make_rollout(tok))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.args.beta = float("nan")
+    with pytest.raises(ValueError, match=r"beta must be a finite number >= 0, got nan"):
+        trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
 def test_several_iterations_on_whole_groups_train(tmp_path: Path) -> None:
     tok = tiny_tokenizer()
     args = TargetPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=4,

@@ -24,6 +24,7 @@ from stable_baselines3.common.utils import FloatSchedule
 
 from tpo_gym._validation import check_bool, check_choice, check_device, check_float, check_int, check_options
 from tpo_gym.agents import persistence
+from tpo_gym.agents.env_copies import reward_wrappers
 from tpo_gym.agents.env_setup import check_spaces, resolve_env
 from tpo_gym.agents.grouping import Grouping, resolve_grouping
 from tpo_gym.agents.lm import CausalLMPolicy, TextBatch
@@ -37,6 +38,7 @@ from tpo_gym.agents.sampling import (
     scoring_available,
     tensor_env_available,
 )
+from tpo_gym.agents.sb3_conventions import check_n_threads, check_tensorboard_log
 
 __all__ = ["AlgorithmBase", "LEVELS", "BUDGETS"]
 
@@ -110,7 +112,8 @@ class AlgorithmBase(BaseAlgorithm):
             learning_rate = check_float("learning_rate", learning_rate, 0.0, strict_min=True)
         self.max_grad_norm = None if max_grad_norm is None else check_float(
             "max_grad_norm", max_grad_norm, 0.0, strict_min=True)
-        self.n_threads = None if n_threads is None else check_int("n_threads", n_threads, 1)
+        self.n_threads = check_n_threads(n_threads)
+        tensorboard_log = check_tensorboard_log(tensorboard_log)
         self.stats_window_size = check_int("stats_window_size", stats_window_size, 1)
         if seed is not None:
             seed = check_int("seed", seed, 0)
@@ -219,7 +222,7 @@ class AlgorithmBase(BaseAlgorithm):
                        f"K same-seed rollouts per context: {self._env_name()} has no score_candidates")
                 print(f"Using level='{self.level}' ({why})")
         self.grouping = grouping
-        self._rollout_env = None
+        self._rollout_env = self._text_env = None
 
     def _env_name(self) -> str:
         """The env's id, else its class name (for messages)."""
@@ -266,6 +269,12 @@ class AlgorithmBase(BaseAlgorithm):
             self._text_env = gym.make(source.spec) if source.spec is not None else source.env_fn()  # type: ignore
             if not hasattr(self._text_env.unwrapped, "score_candidates"):
                 raise ValueError("a text env needs the group API: score_candidates(list of completions) -> [K]")
+            if wrapped := reward_wrappers(self._text_env):
+                raise ValueError(
+                    f"{type(self).__name__} scores a text env's completions with its score_candidates, which the "
+                    f"wrapper(s) {', '.join(wrapped)} around it cannot change (they may change its rewards, which "
+                    "would then be ignored); pass the env without them, or give the env class a score_candidates "
+                    "that scores as you want")
         return self._text_env
 
     def get_rollout_env(self) -> RolloutEnv:

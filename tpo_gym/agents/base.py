@@ -33,6 +33,7 @@ from stable_baselines3.common.utils import safe_mean
 from tpo_gym._validation import check_bool, check_int
 from tpo_gym.agents import grouping as groups
 from tpo_gym.agents.algorithm_base import BUDGETS, LEVELS, AlgorithmBase
+from tpo_gym.agents.env_copies import reward_wrappers
 from tpo_gym.agents.grouping import Grouping
 from tpo_gym.agents.lm import TextBatch
 from tpo_gym.agents.sampling import RolloutBatch, collect_rollouts
@@ -173,8 +174,15 @@ class GroupAlgorithm(AlgorithmBase):
     group_diagnostics = staticmethod(groups.group_diagnostics)
 
     def group_scores(self, batch: RolloutBatch | TextBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Scores of the groups and their validity mask, shaped like :meth:`view`."""
-        return groups.group_scores(self.require_grouping(), batch)
+        """Scores of the groups and their validity mask, shaped like :meth:`view`: a sequence-level group scores
+        its rollouts by the rewards of the user's reward wrappers where the rollouts apply any
+        (:func:`~tpo_gym.agents.grouping.group_scores`)."""
+        grouping = self.require_grouping()
+        if grouping.kind != "rollouts" or isinstance(batch, TextBatch):
+            return groups.group_scores(grouping, batch)
+        env = self.get_rollout_env()
+        wrapped = reward_wrappers(env.venv.envs[0]) if hasattr(env.venv, "envs") else []
+        return groups.group_scores(grouping, batch, wrapped, env.horizon)
 
     def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[Any, dict[str, Any]]:
         """Frozen quantities of the update (a typed batch of :mod:`~tpo_gym.agents.update`: targets,

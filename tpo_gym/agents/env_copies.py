@@ -25,8 +25,8 @@ _MAX_PROBE_STEPS = 100_000
 if TYPE_CHECKING:
     from tpo_gym.agents.sampling import RolloutSource
 
-__all__ = ["rebuild_plan", "wrapper_levels", "copy_factory", "group_api_available", "single_group_api_available",
-           "scoring_available"]
+__all__ = ["rebuild_plan", "wrapper_levels", "reward_wrappers", "copy_factory", "group_api_available",
+           "single_group_api_available", "scoring_available"]
 
 
 def _is_monitor(env: Any) -> bool:
@@ -39,7 +39,8 @@ def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapp
     """How copies of ``env`` are made: the spec of its inner part and the wrappers to re-apply around it.
 
     Going inwards from ``env``, the first level whose spec re-creates every wrapper it lists (each records its
-    constructor arguments, ``gymnasium.utils.RecordConstructorArgs``) is rebuilt from that spec; the wrappers
+    constructor arguments, ``gymnasium.utils.RecordConstructorArgs``, and none has had an attribute changed since it
+    was made) is rebuilt from that spec; the wrappers
     outside it (outermost first) are re-applied around each copy (:func:`_rewrap_factory`). Without a spec
     every wrapper is re-applied around deep copies of ``env.unwrapped`` (spec ``None``). Outermost SB3
     ``Monitor`` s are dropped (they only record, and the rollouts give the episodes as they do); one inside
@@ -51,7 +52,8 @@ def rebuild_plan(env: gym.Env[Any, Any]) -> tuple[EnvSpec | None, list[gym.Wrapp
     level: Any = env
     while True:
         spec = getattr(level, "spec", None)
-        if spec is not None and all(w.kwargs is not None for w in spec.additional_wrappers):
+        if (spec is not None and all(w.kwargs is not None for w in spec.additional_wrappers)
+                and not any(_changed_since_made(w) for w in wrapper_levels(level)[:len(spec.additional_wrappers)])):
             base = spec
             break
         if not isinstance(level, gym.Wrapper):
@@ -72,19 +74,46 @@ def wrapper_levels(env: Any) -> list[Any]:
     return levels
 
 
+def _keeps_rewards(wrapper: Any) -> bool:
+    """Whether ``wrapper`` gives its env's rewards unchanged: it is no ``RewardWrapper`` and either does not override
+    ``step`` or is one of the wrappers that only limit, check, record or change observations / actions."""
+    from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
+    from stable_baselines3.common.monitor import Monitor
+
+    if isinstance(wrapper, gym.RewardWrapper):
+        return False
+    keepers = (TimeLimit, OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, Monitor, gym.ObservationWrapper,
+               gym.ActionWrapper)
+    return isinstance(wrapper, keepers) or type(wrapper).step is gym.Wrapper.step
+
+
+def reward_wrappers(env: Any) -> list[str]:
+    """Names of the wrappers around ``env`` (outermost first) that may change its rewards.
+
+    A ``gymnasium.RewardWrapper``, or any wrapper whose class overrides ``step`` other than Gymnasium's
+    ``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker``, ``RecordEpisodeStatistics``, SB3's ``Monitor`` and
+    observation / action wrappers. The env's own ``info["score"]`` and its ``score_candidates`` do not see what
+    such a wrapper does to the rewards.
+    """
+    return [type(w).__name__ for w in wrapper_levels(env)[:-1] if not _keeps_rewards(w)]
+
+
 def _rewrap(wrapper: Any, inner: gym.Env[Any, Any], memo: dict[int, Any], who: str) -> gym.Env[Any, Any]:
-    """``wrapper`` re-applied around ``inner``: re-created from its recorded constructor arguments, an SB3
-    ``Monitor`` re-created without a file, any other wrapper deep-copied with ``inner`` in place of its env."""
+    """``wrapper`` re-applied around ``inner``: re-created from its recorded constructor arguments (with deep copies
+    of the attributes changed since it was made, :func:`_keep_changed_attributes`), an SB3 ``Monitor`` re-created
+    without a file, any other wrapper deep-copied with ``inner`` in place of its env."""
     from gymnasium.utils import RecordConstructorArgs
     from stable_baselines3.common.monitor import Monitor
 
     if isinstance(wrapper, Monitor):
         return Monitor(inner, allow_early_resets=True, reset_keywords=wrapper.reset_keywords,
                        info_keywords=wrapper.info_keywords)
+    name = type(wrapper).__name__
     if isinstance(wrapper, RecordConstructorArgs):
         kwargs = {k: v for k, v in wrapper._saved_kwargs.items() if k != "env"}
-        return type(wrapper)(env=inner, **kwargs)
-    name = type(wrapper).__name__
+        rebuilt = type(wrapper)(env=inner, **kwargs)
+        _keep_changed_attributes(wrapper, rebuilt, memo, who)
+        return rebuilt
     try:
         copied = copy.deepcopy(wrapper, dict(memo))
     except Exception as exc:
@@ -100,6 +129,65 @@ def _rewrap(wrapper: Any, inner: gym.Env[Any, Any], memo: dict[int, Any], who: s
                         f"make {name} inherit gymnasium.utils.RecordConstructorArgs")
     copied._cached_spec = None
     return copied
+
+
+#: Attributes of a wrapper that are its plumbing, not its settings: never carried over to a rebuilt copy.
+_WRAPPER_PLUMBING = frozenset({"env", "_saved_kwargs", "_cached_spec", "_action_space", "_observation_space",
+                               "_metadata", "_reward_range"})
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same object or equal (arrays element-wise); ``False`` when they cannot be compared."""
+    if a is b:
+        return True
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return bool(np.array_equal(a, b))
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _changed_attributes(wrapper: Any, rebuilt: Any) -> list[str]:
+    """The instance attributes of ``wrapper`` that differ from those of ``rebuilt`` (the same wrapper re-created from
+    its constructor arguments): what the user changed after construction, env references and plumbing aside."""
+    fresh = vars(rebuilt)
+    return [key for key, value in vars(wrapper).items()
+            if key not in _WRAPPER_PLUMBING and not isinstance(value, (gym.Env, gym.vector.VectorEnv))
+            and not (key in fresh and _same_value(value, fresh[key]))]
+
+
+def _changed_since_made(wrapper: Any) -> bool:
+    """Whether a ``RecordConstructorArgs`` wrapper has attributes changed after construction (so its recorded
+    arguments, and a spec listing it, no longer re-create it as it is)."""
+    from gymnasium.utils import RecordConstructorArgs
+
+    if not isinstance(wrapper, RecordConstructorArgs) or not isinstance(wrapper, gym.Wrapper):
+        return False
+    kwargs = {k: v for k, v in wrapper._saved_kwargs.items() if k != "env"}
+    try:
+        return bool(_changed_attributes(wrapper, type(wrapper)(env=wrapper.env, **kwargs)))
+    except Exception:  # cannot be re-created around its own env: leave it to the spec, as before
+        return False
+
+
+def _keep_changed_attributes(wrapper: Any, rebuilt: Any, memo: dict[int, Any], who: str) -> None:
+    """Give ``rebuilt`` (re-created from ``wrapper``'s constructor arguments) a deep copy of every instance attribute
+    the user changed on ``wrapper`` after construction (one that differs from the rebuilt value), so a copy wraps
+    as the user's wrapper does now; env references and the wrapper's plumbing are left as rebuilt.
+
+    :raises TypeError: such an attribute cannot be copied (the message names it).
+    """
+    for key in _changed_attributes(wrapper, rebuilt):
+        try:
+            setattr(rebuilt, key, copy.deepcopy(vars(wrapper)[key], dict(memo)))
+        except Exception as exc:
+            name = type(wrapper).__name__
+            raise TypeError(
+                f"{who} rolls out in its own copies of the env, and cannot copy the attribute {key!r} that was "
+                f"changed on the wrapper {name} after it was made ({type(exc).__name__}: {exc}); pass the new value "
+                f"as a constructor argument of {name} instead, or make it deep-copyable"
+            ) from exc
 
 
 def _rewrap_factory(base_fn: Callable[[], gym.Env[Any, Any]], old_base: gym.Env[Any, Any], outer: list[Any],

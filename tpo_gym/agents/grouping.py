@@ -128,16 +128,39 @@ def view(grouping: Grouping, logp: torch.Tensor, batch: Any) -> torch.Tensor:
     return taken
 
 
-def group_scores(grouping: Grouping, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scores of the groups and their validity mask, shaped like :func:`view` (``"rollouts"``: ``[B, K]``)."""
+def group_scores(grouping: Grouping, batch: Any, wrapped: list[str] | None = None,
+                 horizon: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores of the groups and their validity mask, shaped like :func:`view` (``"rollouts"``: ``[B, K]``).
+
+    :param wrapped: names of the rollouts' wrappers that may change rewards
+        (:func:`~tpo_gym.agents.env_copies.reward_wrappers`): with any, a ``"rollouts"`` group scores each rollout
+        by the rewards those wrappers gave, ``return / horizon``, not by the env's own ``info["score"]``, and a
+        non-finite score is a ``ValueError`` naming them.
+    :param horizon: the rollout env's horizon (see :class:`~tpo_gym.agents.sampling.RolloutEnv`).
+    """
     if grouping.kind == "rollouts":
-        return batch.episode_scores.reshape(-1, batch.group_size), None
+        if not wrapped:
+            return batch.episode_scores.reshape(-1, batch.group_size), None
+        scores = batch.returns.to(batch.episode_scores.dtype) / horizon
+        _check_finite_returns(scores, wrapped)
+        return scores.reshape(-1, batch.group_size), None
     if batch.candidate_scores is None:
         raise RuntimeError(f"a {grouping.kind!r} grouping has no candidate scores")
     mask = None
     if batch.step_mask is not None:
         mask = batch.step_mask.unsqueeze(-1).expand_as(batch.candidate_scores)
     return batch.candidate_scores, mask
+
+
+def _check_finite_returns(scores: torch.Tensor, wrapped: list[str]) -> None:
+    """``ValueError`` naming the first rollout whose (wrapped) return is not finite."""
+    bad = ~torch.isfinite(scores)
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"the rewards of rollout {first} sum to {float(scores[first])!r} (after the wrapper(s) "
+            f"{', '.join(wrapped)}); group methods need finite rewards: make the reward wrapper return finite numbers"
+        )
 
 
 def group_diagnostics(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:

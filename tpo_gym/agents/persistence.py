@@ -56,6 +56,7 @@ from tpo_gym.agents.lm_files import (
     load_directory_model,
     save_language_model_dir,
 )
+from tpo_gym.agents.sb3_conventions import check_n_threads, check_tensorboard_log
 from tpo_gym.agents.serialization import (
     ALLOWED_MODULES,
     SPACE_FIELDS,
@@ -108,7 +109,8 @@ def check_agent_meta(meta: dict[str, Any], settings: Iterable[str], given: Itera
     Exactly the fields of :data:`META_FIELDS`; ``kwargs`` a dict holding every name of ``settings``
     (the constructor arguments saved; those in ``given``, passed by the caller, may be absent) and
     no other; the settings no constructor checks (``verbose`` an integer >= 0, ``policy_kwargs`` a
-    dict, ``tensorboard_log`` a string or null); ``state`` exactly :data:`STATE_FIELDS`: the counters
+    dict, ``tensorboard_log`` a string or null, and as the constructor checks them ``tensorboard_log`` a sane path,
+    ``n_threads`` null or an integer in ``[1, MAX_THREADS]``); ``state`` exactly :data:`STATE_FIELDS`: the counters
     integers >= 0, ``base_seed`` an integer in ``[0, 2**63 - 1]``, ``history`` a list of dicts of
     plain values. The remaining settings are checked by the agent's constructor.
 
@@ -139,6 +141,9 @@ def check_agent_meta(meta: dict[str, Any], settings: Iterable[str], given: Itera
     if kwargs.get("tensorboard_log") is not None and not isinstance(kwargs["tensorboard_log"], str):
         raise AgentFileError(f"field 'kwargs.tensorboard_log' must be a string or null, got "
                              f"{kwargs['tensorboard_log']!r:.80}")
+    for name, check in (("tensorboard_log", check_tensorboard_log), ("n_threads", check_n_threads)):
+        if name in kwargs:  # as the constructor checks them, named as the file's fields
+            _field_check(f"kwargs.{name}", lambda _field, value, check=check: check(value), kwargs[name])
     state = meta["state"]
     if not isinstance(state, dict) or set(state) != set(STATE_FIELDS):
         shown = sorted(state) if isinstance(state, dict) else repr(state)[:80]

@@ -27,7 +27,36 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList, Progr
 from tpo_gym.agents.env_copies import wrapper_levels
 
 __all__ = ["IterationProgressBar", "count_progress_by_steps", "step_order", "episode_entries", "user_monitors",
-           "record_in_monitors", "param_blocks", "complete_signature"]
+           "record_in_monitors", "param_blocks", "complete_signature", "check_n_threads", "check_tensorboard_log",
+           "MAX_THREADS", "MAX_PATH_CHARS"]
+
+#: Most torch CPU threads an agent may ask for (``n_threads``).
+MAX_THREADS = 4096
+#: Longest ``tensorboard_log`` path accepted.
+MAX_PATH_CHARS = 4096
+
+
+def check_n_threads(value: Any) -> int | None:
+    """``n_threads`` as given: ``None`` (leave torch's setting) or an integer in ``[1, MAX_THREADS]``, else
+    ``ValueError`` naming the value and the range (the constructor and a saved agent's file both go through it)."""
+    from tpo_gym._validation import check_int
+
+    return None if value is None else check_int("n_threads", value, 1, MAX_THREADS)
+
+
+def check_tensorboard_log(value: Any) -> Any:
+    """``tensorboard_log`` as given: ``None`` or a non-empty path (a ``str`` or ``os.PathLike``) of at most
+    ``MAX_PATH_CHARS`` characters without NUL, else ``ValueError`` naming the value and what is allowed."""
+    import os
+
+    if value is None:
+        return None
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text or "\0" in text or len(text) > MAX_PATH_CHARS:
+        shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:80]}... ({len(repr(value))} characters)"
+        raise ValueError(f"tensorboard_log must be None or a non-empty directory path (str) of at most "
+                         f"{MAX_PATH_CHARS} characters without NUL, got {shown}")
+    return value
 
 
 class IterationProgressBar(ProgressBarCallback):

@@ -201,9 +201,9 @@ class BanditVectorEnv(NativeVectorEnv):
 
     def __init__(
         self, num_envs: int = 1, n_arms: int = 100, correct_arm: int | None = None, table_seed: int = 0,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
     ) -> None:
-        super().__init__(num_envs, autoreset_mode)
+        super().__init__(num_envs, autoreset_mode, render_mode)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)
         arm = _resolve_correct_arm(correct_arm, self.n_arms, self.table_seed)
@@ -366,8 +366,8 @@ class ContextualBanditVectorEnv(NativeVectorEnv):
     autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
 
     def __init__(self, num_envs: int = 1, n_contexts: int = 100, n_arms: int = 10, table_seed: int = 0,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
-        super().__init__(num_envs, autoreset_mode)
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None) -> None:
+        super().__init__(num_envs, autoreset_mode, render_mode)
         self.n_contexts = _check_n_contexts(n_contexts)
         self.n_arms = _check_n_arms(n_arms)
         self.table_seed = check_int("table_seed", table_seed, minimum=0, maximum=None)

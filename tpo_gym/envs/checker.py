@@ -15,6 +15,7 @@ checker warns as it does on its own. The contract is stated in :mod:`tpo_gym.env
 
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
 from typing import Any
@@ -56,6 +57,7 @@ def check_group_env(
     * ``score_candidates`` leaves the env's random number generators as they were (``np_random`` and any
       numpy / Python / torch generator among its attributes): drawing from them is a side effect that changes
       what the episode does next;
+    * ``score_candidates`` leaves the candidates it is given as they were (it gets a copy, compared afterwards);
     * same-seed resets give the same observation, and the same candidates the same scores at every step;
     * scoring has no side effect: the episode without ``score_candidates`` calls is the same;
     * the ``info`` of the step that ends the episode has ``score`` and ``error``, real numbers in
@@ -162,13 +164,30 @@ def _changed(before: Any, after: Any) -> bool:
         return repr(before) != repr(after)
 
 
+def _first_change(before: Any, after: Any) -> str:
+    """Where the candidates ``after`` a call first differ from those ``before`` it (for the message)."""
+    if np.shape(before) != np.shape(after):
+        return f"shape {np.shape(before)}, left shape {np.shape(after)}"
+    old, new = np.asarray(before, dtype=object).ravel(), np.asarray(after, dtype=object).ravel()
+    at = next((i for i in range(old.size) if old[i] != new[i]), None)
+    if at is None:
+        return f"dtype {np.asarray(before).dtype}, left dtype {np.asarray(after).dtype}"
+    index = tuple(int(i) for i in np.unravel_index(at, np.shape(before)))
+    return f"candidates{list(index)} was {old[at]!r}, left {new[at]!r}"
+
+
 def _scores(env: Any, name: str, candidates: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
     """``env.score_candidates(candidates)`` as a checked numpy array of ``shape``, with no RNG side effect."""
     before = _rng_states(env)
+    given = copy.deepcopy(candidates)  # a copy, compared with the original afterwards
     try:
-        value = env.score_candidates(candidates)
+        value = env.score_candidates(given)
     except Exception as exc:
         raise GroupEnvError(f"{name}.score_candidates raised {type(exc).__name__} {where}: {exc}") from exc
+    if _changed(candidates, given):
+        raise GroupEnvError(f"{name}.score_candidates {where} overwrote the candidates it was given "
+                            f"({_first_change(candidates, given)}): the agents keep and "
+                            "train on that array, so scoring must only read it (copy it first to change it)")
     after = _rng_states(env)
     drawn = sorted(key for key in before if key not in after or _changed(before[key], after[key]))
     if drawn:

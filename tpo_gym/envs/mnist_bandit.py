@@ -165,8 +165,8 @@ class MNISTBanditVectorEnv(NativeVectorEnv):
     autoreset_modes = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
 
     def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
-        super().__init__(num_envs, autoreset_mode)
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None) -> None:
+        super().__init__(num_envs, autoreset_mode, render_mode)
         self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._images, self._labels = load_mnist(self.split, root)
@@ -238,10 +238,10 @@ class MNISTBanditTensorEnv(NativeTensorEnv):
 
     def __init__(self, num_envs: int = 1, split: str = "train", root: str | os.PathLike[str] | None = None,
                  device: Any = "cpu", check_actions: bool = True,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None) -> None:
         import torch
 
-        super().__init__(num_envs, device, check_actions, autoreset_mode)
+        super().__init__(num_envs, device, check_actions, autoreset_mode, render_mode)
         self.split = check_choice("split", split, SPLITS)
         self.root = root
         self._n_images = len(load_mnist(self.split, root)[1])

@@ -348,8 +348,9 @@ class TokenTaskVectorEnv(_TokenTaskVectors, NativeVectorEnv):
         vocab_size: int = 2,
         length: int = 10,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = None,
     ) -> None:
-        super().__init__(num_envs, autoreset_mode)
+        super().__init__(num_envs, autoreset_mode, render_mode)
         self._setup_task(target, reward, vocab_size, length)
         n, v, h = self.num_envs, self.vocab_size, self.length
         self._state = np.full((n, 2 * h), v, dtype=np.int64)
@@ -440,6 +441,7 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
     :param device: torch device of the state (``"cpu"``, ``"cuda"``, ``"cuda:N"``...).
     :param check_actions: also check that every action / candidate is in ``[0, V)`` (reads it back).
     :param autoreset_mode: ``NEXT_STEP`` only (other modes raise ``ValueError``; the numpy env offers ``SAME_STEP``).
+    :param render_mode: the single env's render mode, recorded only (tensor envs do not render).
     """
 
     def __init__(
@@ -452,10 +454,11 @@ class TokenTaskTensorEnv(_TokenTaskVectors, NativeTensorEnv):
         device: Any = "cpu",
         check_actions: bool = True,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = None,
     ) -> None:
         import torch
 
-        super().__init__(num_envs, device, check_actions, autoreset_mode)
+        super().__init__(num_envs, device, check_actions, autoreset_mode, render_mode)
         self._setup_task(target, reward, vocab_size, length)
         self.fixed_horizon = self.length
         n, v, h = self.num_envs, self.vocab_size, self.length

@@ -36,7 +36,10 @@ class's ``tensor_env`` attribute. ``tpo_gym.envs._vector``, the old path, still 
 The render helpers of the single envs live here too (:class:`RenderMixin`, :func:`check_render_mode`,
 :func:`cells_image`): every tpo_gym single env with a native twin renders ``"ansi"`` (a text view) and
 ``"rgb_array"`` (a small picture of its state), so Stable-Baselines3's ``make_vec_env``, which asks for
-``"rgb_array"``, builds them without a warning. The vector envs themselves do not render.
+``"rgb_array"``, builds them without a warning. The vector envs themselves do not render: they take the
+``render_mode`` their single env was made with (so ``gym.make_vec(id, render_mode=...)``, SB3's ``make_vec_env``
+and an agent rebuilding its rollouts from a rendering env's spec all work), keep it as ``render_mode``, and their
+``render()`` says to render a single env instead.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ class NativeVectorEnv(VectorEnv):
 
     ``autoreset_mode`` (``NEXT_STEP``, the default, or any mode of the subclass's ``autoreset_modes``) is
     checked here; a subclass that lists ``SAME_STEP`` ends ``step`` with ``return self._autoreset(...)``.
+    ``render_mode`` (``None`` or a single env's mode, ``"ansi"`` / ``"rgb_array"``) is checked and recorded, not
+    rendered (see :meth:`render`).
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
@@ -143,8 +148,10 @@ class NativeVectorEnv(VectorEnv):
     #: ``device``, ``check_actions`` and this env's kwargs), or ``None`` when it has none.
     tensor_env: ClassVar[type[NativeTensorEnv] | None] = None
 
-    def __init__(self, num_envs: int, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+    def __init__(self, num_envs: int, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 render_mode: str | None = None) -> None:
         self.num_envs = check_num_envs(num_envs)
+        self.render_mode = check_render_mode(render_mode, RenderMixin.metadata["render_modes"])
         self.autoreset_mode = check_autoreset_mode(autoreset_mode, self.autoreset_modes, type(self).__name__,
                                                    self.autoreset_note)
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
@@ -152,6 +159,12 @@ class NativeVectorEnv(VectorEnv):
         self._gens: list[np.random.Generator] | None = None
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._has_reset = False
+
+    def render(self) -> None:
+        """Native vector envs do not render: ``NotImplementedError`` (as Gymnasium's ``VectorEnv``) naming what does."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not render (its render_mode {self.render_mode!r} is only recorded); render a "
+            "single env (gym.make(id, render_mode=...)) or a vector env made with vectorization_mode='sync'")
 
     def _set_spaces(self, single_observation_space: spaces.Space[Any], single_action_space: spaces.Space[Any]) -> None:
         """Set the single spaces and their batched forms, exactly as ``SyncVectorEnv`` builds them."""
@@ -290,10 +303,10 @@ class NativeTensorEnv(NativeVectorEnv):
                                      "the numpy native vector env offers SAME_STEP)")
 
     def __init__(self, num_envs: int, device: Any = "cpu", check_actions: bool = True,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None) -> None:
         import torch
 
-        super().__init__(num_envs, autoreset_mode)
+        super().__init__(num_envs, autoreset_mode, render_mode)
         self.device = torch.device(device)
         self.check_actions = bool(check_actions)
 

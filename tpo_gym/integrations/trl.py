@@ -112,7 +112,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tpo_gym.integrations.trl needs TRL: pip install 'tpo-gym[llm]' (or pip install trl)"
     ) from exc
 
-from tpo_gym._validation import check_bool, check_choice, check_float
+from tpo_gym._validation import check_bool, check_choice, check_float, check_int
 from tpo_gym.agents.grouping import group_diagnostics
 from tpo_gym.agents.tpo import (
     COLLAPSE_WARN_FRACTION,
@@ -125,6 +125,7 @@ from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_tar
 __all__ = [
     "TargetPOConfig",
     "TargetPOTrainer",
+    "check_config",
     "reasoning_gym_dataset",
     "reasoning_gym_reward",
     "k3_kl",
@@ -251,18 +252,31 @@ class TargetPOConfig(GRPOConfig):
         default=False, metadata={"help": "Unused by TPO (its target uses the trainer's log-probs); must stay False."})
 
     def __post_init__(self) -> None:
-        self.eta = check_float("eta", self.eta, minimum=0.0, strict_min=True)
-        self.anchor = check_bool("anchor", self.anchor)
-        self.length_normalize = check_bool("length_normalize", self.length_normalize)
-        self.target_update = check_choice("target_update", self.target_update, TARGET_UPDATES)
-        self.beta = check_float("beta", self.beta, minimum=0.0)
-        if self.num_generations is not None and self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be >= 2 for TPO (a target over K >= 2 completions of a prompt), "
-                f"got {self.num_generations}"
-            )
-        _check_supported(self)  # before GRPOConfig rewrites any of them (scale_rewards=True -> "group", ...)
+        check_config(self)  # before GRPOConfig rewrites any option (scale_rewards=True -> "group", ...)
         super().__post_init__()
+
+
+def check_config(args: Any) -> None:
+    """The one check of a :class:`TargetPOConfig`'s TPO settings: ``ValueError`` naming the first bad one and what
+    is allowed, else the settings normalised in place.
+
+    ``eta`` a finite number > 0, ``beta`` a finite number >= 0, ``anchor`` / ``length_normalize`` booleans,
+    ``target_update`` one of :data:`TARGET_UPDATES`, ``num_generations`` an integer >= 2 (or ``None``, GRPOConfig's
+    default), and the GRPO options TPO ignores at their defaults (:data:`GRPO_OPTIONS_TPO_IGNORES`). The config's
+    ``__post_init__`` and :class:`TargetPOTrainer` (at init and before each generation) call it, so a setting
+    changed after the config was built is checked as well.
+    """
+    args.eta = check_float("eta", args.eta, minimum=0.0, strict_min=True)
+    args.anchor = check_bool("anchor", args.anchor)
+    args.length_normalize = check_bool("length_normalize", args.length_normalize)
+    args.target_update = check_choice("target_update", args.target_update, TARGET_UPDATES)
+    args.beta = check_float("beta", args.beta, minimum=0.0)
+    if args.num_generations is not None:
+        try:
+            args.num_generations = check_int("num_generations", args.num_generations, minimum=2)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (TPO builds a target over K >= 2 completions of a prompt)") from None
+    _check_supported(args)
 
 
 def resolve_target_update(args: Any) -> str:
@@ -338,7 +352,7 @@ class TargetPOTrainer(GRPOTrainer):
         if not isinstance(args, TargetPOConfig):
             raise ValueError(f"args must be a TargetPOConfig (GRPOConfig plus eta, anchor, length_normalize, "
                              f"target_update), got {type(args).__name__}")
-        _check_supported(args)
+        check_config(args)  # settings changed after the config was built
         if (args.beta != 0.0 and kwargs.get("peft_config") is None and not isinstance(model, str)
                 and not hasattr(model, "peft_config") and not getattr(model.config, "_name_or_path", "")):
             raise ValueError(f"beta={args.beta} needs a frozen reference model, which GRPOTrainer loads from the "
@@ -419,6 +433,7 @@ class TargetPOTrainer(GRPOTrainer):
         return old
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        check_config(self.args)  # a setting changed since init is refused before it trains anything
         self._tpo_rewards = None
         output = super()._generate_and_score_completions(inputs)
         if "pixel_values" in output:
