@@ -8,9 +8,11 @@ directly from :mod:`tpo_gym.objectives`, and a plain SGD step ``theta - lr * gra
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -232,3 +234,51 @@ def test_run_epochs_is_the_plain_loop_for_each_model() -> None:
         assert st["grad_norm"] == pytest.approx(norm, rel=1e-6)
         for p, q in zip(m.parameters(), clone.parameters(), strict=True):
             assert torch.equal(p, q)
+
+
+def _plateau_agent(cls: type, **kwargs: Any) -> Any:
+    """A terminal-reward token task where the first batch fails in every group (H=8: success needs 8 right)."""
+    env = gym.make("tpo_gym/TokenTask-v0", target="reverse_copy", reward="terminal", vocab_size=2, length=8)
+    return cls("TransformerPolicy", env, level="sequence", batch_size=4, group_size=4, n_epochs=2, seed=0,
+               policy_kwargs={"setup": "reference"}, **kwargs)
+
+
+@pytest.mark.parametrize("cls", [TPO, GRPO])
+def test_skip_uninformative_steps_leaves_the_weights_where_no_group_carries_signal(cls: type) -> None:
+    """The plateau ablation: with every group's scores equal, the optimiser takes no step (the weights, and so
+    the optimiser state, are untouched); without it, rounding noise (and GRPO's KL term) moves them."""
+    moved = {}
+    for skip in (False, True):
+        agent = _plateau_agent(cls, skip_uninformative_steps=skip)
+        before = [p.detach().clone() for p in agent.policy.parameters()]
+        agent.learn(agent.steps_per_iteration)
+        assert agent.history[0]["zero_variance_fraction"] == 1.0  # no signal in this batch
+        moved[skip] = max(float((p - b).abs().max()) for p, b in zip(agent.policy.parameters(), before, strict=True))
+        if skip:  # one epoch, no step: the loss at pi_old is the last epoch's too
+            assert math.isfinite(agent.history[0]["loss"]) and agent.history[0]["loss"] == agent.history[0]["final_loss"]
+    assert moved[True] == 0.0
+    assert moved[False] > 0.0
+
+
+def test_skip_uninformative_steps_still_steps_when_a_group_carries_signal() -> None:
+    kwargs = {"level": "sequence", "batch_size": 6, "group_size": 3, "policy_kwargs": {"d_model": 8, "d_ff": 16,
+                                                                                         "n_layers": 1}}
+    agents = [TPO("TransformerPolicy", "tpo_gym/TokenReversal-v0", seed=0, skip_uninformative_steps=skip, **kwargs)
+              for skip in (False, True)]
+    for agent in agents:
+        agent.learn(2 * agent.steps_per_iteration)
+        assert all(r["zero_variance_fraction"] < 1.0 for r in agent.history)  # bag reward: signal everywhere
+    for p, q in zip(agents[0].policy.parameters(), agents[1].policy.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_skip_uninformative_steps_is_refused_where_it_cannot_apply() -> None:
+    with pytest.raises(ValueError, match="skip_uninformative_steps=True applies to group methods"):
+        PPO("TransformerPolicy", "tpo_gym/TokenReversal-v0", skip_uninformative_steps=True)
+    with pytest.raises(ValueError, match="skip_uninformative_steps"):
+        TPO("TransformerPolicy", "tpo_gym/TokenReversal-v0", skip_uninformative_steps="yes")
+    from tpo_gym import SeedBatch
+
+    agents = [_plateau_agent(TPO, skip_uninformative_steps=True) for _ in range(2)]
+    with pytest.raises(ValueError, match="train those agents one by one"):
+        SeedBatch(agents)

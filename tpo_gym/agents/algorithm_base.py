@@ -77,6 +77,7 @@ class AlgorithmBase(BaseAlgorithm):
         level: str = "auto",
         budget: str = "prompt",
         max_grad_norm: float | None = None,
+        skip_uninformative_steps: bool = False,
         n_threads: int | None = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -112,6 +113,10 @@ class AlgorithmBase(BaseAlgorithm):
             learning_rate = check_float("learning_rate", learning_rate, 0.0, strict_min=True)
         self.max_grad_norm = None if max_grad_norm is None else check_float(
             "max_grad_norm", max_grad_norm, 0.0, strict_min=True)
+        self.skip_uninformative_steps = check_bool("skip_uninformative_steps", skip_uninformative_steps)
+        if self.skip_uninformative_steps and self.spec.sampling != "group":
+            raise ValueError(f"skip_uninformative_steps=True applies to group methods (a group carries signal when its "
+                             f"scores differ); {type(self).__name__} samples {self.spec.sampling!r}")
         self.n_threads = check_n_threads(n_threads)
         tensorboard_log = check_tensorboard_log(tensorboard_log)
         self.stats_window_size = check_int("stats_window_size", stats_window_size, 1)

@@ -89,6 +89,12 @@ class GroupAlgorithm(AlgorithmBase):
     :param budget: ``"prompt"`` (every method sees B contexts) or ``"interaction"`` (single-sample
         methods see B*K contexts and use ``learning_rate * sqrt(K)``; no effect on group methods).
     :param max_grad_norm: clip the gradient to this global L2 norm; ``None`` (default): no clipping.
+    :param skip_uninformative_steps: an ablation (off by default; group methods): in an iteration where no group
+        carries signal (every group's scores are equal, ``zero_variance_fraction == 1``, e.g. the all-fail plateau
+        of a terminal reward), take no optimiser step at all. The true gradient there is 0 for TPO and GRPO
+        without KL; what is left is rounding noise (and GRPO's KL term), which Muon and Adam would turn into a
+        full step (docs/method.md section 5a). The iteration still logs its loss and first-epoch gradient norm
+        (one epoch, no step; the logger's ``train/step_skipped`` is 1).
     :param n_threads: torch CPU threads during ``learn`` (restored afterwards). Default 1: these models
         are tiny, and one thread is fastest (more threads only add OpenMP synchronisation, which
         is many times slower on a busy machine). ``None`` keeps torch's setting.
@@ -256,10 +262,24 @@ class GroupAlgorithm(AlgorithmBase):
         with deferred_checks():
             update = self.begin_update()
             optimizer = self.policy.optimizer
-            (stats,) = run_epochs(self.n_epochs, [update.params], [self.max_grad_norm],
+            skip = self.skips_step(update)
+            (stats,) = run_epochs(1 if skip else self.n_epochs, [update.params], [self.max_grad_norm],
                                   lambda: optimizer.zero_grad(set_to_none=True), lambda: [self.backward_loss(update)],
-                                  optimizer.step)
+                                  (lambda: None) if skip else optimizer.step)
+            if skip:
+                optimizer.zero_grad(set_to_none=True)
             return self.finish_update(update, stats)
+
+    def skips_step(self, update: Update) -> bool:
+        """Whether ``skip_uninformative_steps`` skips this update's optimiser step: no group carries signal
+        (``zero_variance_fraction`` is 1). Logged as ``train/step_skipped``."""
+        if not self.skip_uninformative_steps:
+            return False
+        fraction = update.diagnostics.get("zero_variance_fraction")
+        skip = fraction is not None and float(fraction) >= 1.0
+        if hasattr(self, "_logger"):
+            self.logger.record("train/step_skipped", int(skip))
+        return skip
 
     # ------------------------------------------------------------------------------------------
     # learn

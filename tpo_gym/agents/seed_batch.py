@@ -120,6 +120,9 @@ class SeedBatch:
                     name = "steps_per_iteration" if attr == "fixed_steps_per_iteration" else attr
                     raise ValueError(f"SeedBatch needs one {name} for every seed; got {getattr(first, attr)} "
                                      f"and {getattr(a, attr)}")
+            if a.skip_uninformative_steps:
+                raise ValueError("SeedBatch steps every seed together; the skip_uninformative_steps ablation skips a "
+                                 "seed's step on its own: train those agents one by one")
             if a.device != first.device:
                 raise ValueError(f"SeedBatch needs every agent on one device; got {first.device} and {a.device}")
             if type(a.policy.optimizer) is not type(first.policy.optimizer):
