@@ -158,3 +158,52 @@ def test_a_copied_or_pickled_muon_adamw_agent_trains_on_as_the_original() -> Non
         c.learn(2 * c.steps_per_iteration, reset_num_timesteps=False)
         assert c.history == model.history
     make(1).learn(model.steps_per_iteration)
+
+
+def _grouped_batch(setup: str, dtype: torch.dtype) -> tuple[Any, torch.Tensor]:
+    """A sequence-level TPO agent (K = 4 rollouts of each of 3 prompts) and its rollout observations."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        agent = TPO("TransformerPolicy", gym.make("tpo_gym/TokenTask-v0", target="reverse_copy", vocab_size=3,
+                                                  length=5), level="sequence", batch_size=3, group_size=4, seed=0,
+                    policy_kwargs={"d_model": 16, "d_ff": 32, "n_layers": 2, "setup": setup})
+        agent.learn(agent.steps_per_iteration)
+    finally:
+        torch.set_default_dtype(previous)
+    return agent, agent.rollout_batch.obs
+
+
+@pytest.mark.parametrize("setup", ["tuned", "reference"])
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_a_prompt_once_per_group_gives_the_same_logits_and_gradients(setup: str, dtype: torch.dtype,
+                                                                     tol: float) -> None:
+    """The sequence-level update computes each group's prompt once (issue 46): logits and every parameter's
+    gradient equal the plain forward's to float rounding, in both setups."""
+    agent, obs = _grouped_batch(setup, dtype)
+    policy = agent.policy
+    assert bool((obs[0:4, -1, :5] == obs[0, -1, :5]).all())  # the 4 rollouts of a group share their prompt
+    weights = torch.randn(obs.shape[0], obs.shape[1], policy.n_actions, dtype=dtype, generator=torch.Generator()
+                          .manual_seed(0))
+    calls = []
+    grouped_hidden = policy._grouped_hidden
+    policy._grouped_hidden = lambda *a: calls.append(a) or grouped_hidden(*a)  # type: ignore[method-assign]
+    results = []
+    for group_size in (1, 4):
+        policy.zero_grad(set_to_none=True)
+        logits = policy.step_logits(obs, group_size=group_size)
+        (logits * weights).sum().backward()
+        results.append((logits.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()}))
+    (plain, plain_grads), (grouped, grouped_grads) = results
+    assert len(calls) == 1 and calls[0][0].shape == (3, 5)  # the grouped forward ran, on 3 prompts
+    torch.testing.assert_close(grouped, plain, rtol=tol, atol=tol)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(grouped_grads[name], grad, rtol=tol, atol=tol, msg=name)
+
+
+def test_a_group_whose_rows_do_not_share_a_prompt_falls_back_to_the_plain_forward() -> None:
+    agent, obs = _grouped_batch("tuned", torch.float64)
+    mixed = obs.clone()
+    mixed[1, :, 0] = (mixed[1, :, 0] + 1) % 3  # row 1's prompt differs from its group's
+    torch.testing.assert_close(agent.policy.step_logits(mixed, group_size=4), agent.policy.step_logits(mixed),
+                               rtol=0, atol=0)

@@ -235,7 +235,12 @@ class GroupAlgorithm(AlgorithmBase):
         """One epoch's loss of ``update``, back-propagated (a language model: over micro-batches)."""
         if isinstance(update.batch, TextBatch):
             return accumulate_text_gradients(self, update.batch, update.prepared)
-        loss = self.loss_from_logits(update.batch, update.prepared, self.policy.step_logits(update.batch.obs))
+        batch = update.batch
+        if self.policy.shares_group_prefix and self.require_grouping().kind == "rollouts":  # a prompt once per group
+            logits = self.policy.step_logits(batch.obs, group_size=batch.group_size)
+        else:
+            logits = self.policy.step_logits(batch.obs)
+        loss = self.loss_from_logits(batch, update.prepared, logits)
         loss.backward()
         return loss
 

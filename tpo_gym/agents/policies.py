@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -129,6 +129,9 @@ class CategoricalPolicy(BasePolicy):
     :param optimizer_class: optimiser class.
     :param optimizer_kwargs: extra optimiser keyword arguments.
     """
+
+    #: Whether :meth:`step_logits` takes ``group_size`` (rows of a group share a prefix it computes once).
+    shares_group_prefix: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -102,6 +102,23 @@ class _Block(nn.Module):
         x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate=self._gelu))
 
+    def forward_after(self, x: torch.Tensor, prefix: list[torch.Tensor], repeat: int) -> torch.Tensor:
+        """Apply the block to ``x`` ``[N, L, d]``, positions that follow a shared prefix: ``prefix`` is the
+        ``[k, v]`` cache of a causal :meth:`forward` on ``N / repeat`` prefixes, row ``i`` of ``x`` following
+        prefix ``i // repeat``. Each position attends to its whole prefix and causally within ``x``: the same
+        result as :meth:`forward` on the concatenated sequences, without recomputing a prefix per row."""
+        n, length, d = x.shape
+        q, k, v = self._qkv(self.ln1(x))
+        shape = (n, length, self.n_heads, d // self.n_heads)
+        q, k, v = (z.reshape(shape).transpose(1, 2) for z in (q, k, v))
+        width = prefix[0].shape[2]
+        k = torch.cat([prefix[0].repeat_interleave(repeat, dim=0), k], dim=2)
+        v = torch.cat([prefix[1].repeat_interleave(repeat, dim=0), v], dim=2)
+        visible = torch.ones(length, width + length, dtype=torch.bool, device=x.device).tril(diagonal=width)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+        x = x + self.proj(att.transpose(1, 2).reshape(n, length, d))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate=self._gelu))
+
     def stacked_forward(self, p: dict[str, torch.Tensor], x: torch.Tensor, length: int,
                         cache: list[torch.Tensor] | None = None) -> torch.Tensor:
         """:meth:`forward` of S blocks: ``p`` this block's parameters stacked ``[S, ...]`` (names
@@ -169,6 +186,8 @@ class TransformerPolicy(CategoricalPolicy):
     :param optimizer_kwargs: extra optimiser keyword arguments.
     :param setup: ``"tuned"`` (default) or ``"reference"`` (see above).
     """
+
+    shares_group_prefix = True
 
     def __init__(
         self,
@@ -381,13 +400,40 @@ class TransformerPolicy(CategoricalPolicy):
 
         return decode
 
-    def step_logits(self, obs: torch.Tensor) -> torch.Tensor:
+    def step_logits(self, obs: torch.Tensor, group_size: int = 1) -> torch.Tensor:
         """Logits ``[N, T, V]`` of trajectories ``[N, T, 2H]``: one forward of the last observation.
 
         Valid because the observation of step ``t`` is a prefix of the last one (the tokens written
         later sit at positions that step ``t`` cannot attend to).
+
+        ``group_size`` K > 1: rows ``gK .. gK + K - 1`` are K rollouts of one prompt (a sequence-level group), so
+        the prompt's H positions are computed once per group, ``[G, H]``, and the K answers' ``T - 1`` positions
+        attend to their group's prompt keys / values (:meth:`_Block.forward_after`): the same logits and
+        gradients up to float rounding, with ``G H + G K (T - 1)`` positions instead of ``G K (H + T - 1)``.
+        Rows whose prompts are not shared within their group fall back to the plain forward.
         """
         h, t = self.horizon, obs.shape[1]
         last = obs[:, -1].long()
+        n = last.shape[0]
+        if group_size > 1 and n % group_size == 0 and n:
+            prompts = last[::group_size, :h]
+            if torch.equal(last[:, :h].reshape(-1, group_size, h), prompts[:, None].expand(-1, group_size, h)):
+                return self.head(self._grouped_hidden(prompts, last[:, h : h - 1 + t], group_size))
         hid = self.hidden(last[:, : h - 1 + t])
         return self.head(hid[:, h - 1 : h - 1 + t])
+
+    def _grouped_hidden(self, prompts: torch.Tensor, answers: torch.Tensor, group_size: int) -> torch.Tensor:
+        """Final hidden states ``[G K, T, d]`` at positions ``H - 1 .. H + T - 2`` of K answers ``[G K, T - 1]``
+        per prompt ``[G, H]``, the prompts computed once (:meth:`step_logits`)."""
+        h = self.horizon
+        x = self.tok_emb(prompts) + self.pos_emb.weight[:h]
+        caches: list[list[torch.Tensor]] = [[] for _ in self.blocks]
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, cache)
+        first = self.ln_f(x[:, -1:]).repeat_interleave(group_size, dim=0)
+        if answers.shape[1] == 0:
+            return first
+        y = self.tok_emb(answers) + self.pos_emb.weight[h : h + answers.shape[1]]
+        for block, cache in zip(self.blocks, caches, strict=True):
+            y = block.forward_after(y, cache, group_size)
+        return torch.cat([first, self.ln_f(y)], dim=1)
