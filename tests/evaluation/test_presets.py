@@ -57,7 +57,8 @@ def _valid() -> dict:
     [
         (lambda d: d.pop("description"), "missing field 'description'"),
         (lambda d: d.update(seeds=0), "seeds must be >= 1"),
-        (lambda d: d["methods"].append({"name": "X", "algo": "SAC"}), "cannot run in setting"),
+        (lambda d: d["methods"].append({"name": "X", "algo": "SAC"}), "method 'X': unknown agent 'SAC'"),
+        (lambda d: d["methods"].append({"name": "X", "algo": "PPO"}), "cannot run in setting"),
         (lambda d: d["methods"].append({"name": "TPO", "algo": "TPO"}), "duplicate method names"),
         (lambda d: d["settings"][0].update(kind="atari"), "unknown kind 'atari'"),
         (lambda d: d.update(paper={"final_error": {"TPO": {"K=100 B=100": "about 7"}}}), "paper value"),
@@ -186,7 +187,8 @@ def _with_setups(**setup) -> dict:
     ("data", "message"),
     [
         (_with_setups(methods={"Nope": {}}), "unknown method 'Nope'"),
-        (_with_setups(methods={"TPO": {"algo": "SAC"}}), "algo 'SAC'.*cannot run"),
+        (_with_setups(methods={"TPO": {"algo": "SAC"}}), "method 'TPO': unknown agent 'SAC'"),
+        (_with_setups(methods={"TPO": {"algo": "PPO"}}), "algo 'PPO'.*cannot run"),
         (_with_setups(methods={"TPO": {"lr": 1}}), r"methods\['TPO'\] must be"),
         (_with_setups(params=[1]), "params an object"),
         (_with_setups(colour="red"), "unknown fields \\['colour'\\]"),

@@ -56,9 +56,9 @@ _FALLBACK = {"batch_size": 100, "group_size": 8, "n_epochs": 4, "level": "auto",
 def _default(algo: str, name: str) -> Any:
     """The agent class's default for constructor argument ``name`` (read from its signature)."""
     try:
-        from tpo_gym.agents.registry import algorithm_class
+        from tpo_gym.agents.registry import resolve_algorithm
 
-        param = inspect.signature(algorithm_class(algo)).parameters.get(name)
+        param = inspect.signature(resolve_algorithm(algo)).parameters.get(name)
         if param is not None and param.default is not inspect.Parameter.empty:
             return param.default
     except (ImportError, AttributeError, TypeError, ValueError):
@@ -86,9 +86,9 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 100)) * batch * int(_arg(spec, "group_size")) * tokens * (1 + 2 * epochs)
     if spec.kind == "mnist":
         return float(p.get("steps", 10_000)) * batch * (1 + epochs)
-    from tpo_gym.agents.registry import algorithm_spec
+    from tpo_gym.agents.registry import resolve_algorithm
 
-    rollouts = algorithm_spec(spec.algo).rollouts_per_iteration(
+    rollouts = resolve_algorithm(spec.algo).spec.rollouts_per_iteration(
         batch, int(_arg(spec, "group_size")), _arg(spec, "level"), _arg(spec, "budget"))
     horizon = int(p.get("env_kwargs", {}).get("length", 10))
     return float(p.get("episodes", 1000)) * rollouts * horizon * (1 + epochs)

@@ -1,7 +1,8 @@
 """Run kinds: the one place that maps a run spec to the experiment function that executes it.
 
 A run spec (:class:`tpo_gym.evaluation.presets.RunSpec`, as a dict) names a ``kind``, an ``algo``
-(agent class name), a ``seed``, the setting's ``params`` and the method's ``method_kwargs``.
+(an agent class: a registered name, ``module:Class`` or a name published by an installed package), a
+``seed``, the setting's ``params`` and the method's ``method_kwargs``.
 :func:`execute_run` runs it and returns a *run record*; it never raises: a crash becomes a
 ``"failed"`` record holding the traceback.
 
@@ -55,9 +56,9 @@ def __getattr__(name: str) -> Any:
 
 
 def _tabular_name(algo: str) -> str:
-    from tpo_gym.agents.registry import algorithm_spec
+    from tpo_gym.agents.registry import resolve_algorithm
 
-    name = algorithm_spec(algo).tabular
+    name = resolve_algorithm(algo).spec.tabular
     if name is None:
         raise ValueError(f"{algo} has no tabular version")
     return name
@@ -97,16 +98,17 @@ def make_agent(
 
     ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
     learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
-    class registered as ``algo`` (:func:`~tpo_gym.agents.registry.algorithm_class`); ``params["policy"]``
+    class ``algo`` names (:func:`~tpo_gym.agents.registry.resolve_algorithm`: a registered name,
+    ``module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or an installed package's entry point); ``params["policy"]``
     (default :data:`DEFAULT_POLICY` of the kind) is
     its policy argument. ``env`` is a Gymnasium env instance. ``policy_kwargs`` of the two are merged
     key by key (a method can add ``{"setup": "reference"}`` to the setting's policy settings).
     ``params["setup"]`` (the key the tabular kinds take, so one preset setup can name it for every kind)
     is the policy's ``setup`` unless ``policy_kwargs`` name one.
     """
-    from tpo_gym.agents.registry import algorithm_class
+    from tpo_gym.agents.registry import resolve_algorithm
 
-    cls = algorithm_class(algo)
+    cls = resolve_algorithm(algo)
     shared = params.get("agent_kwargs", {})
     kwargs = {**shared, **method_kwargs}
     if "policy_kwargs" in shared and "policy_kwargs" in method_kwargs:
@@ -228,6 +230,7 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401
+    from tpo_gym.agents.registry import resolve_algorithm
     from tpo_gym.evaluation._io import atomic_write_json, read_json
 
     p = spec["params"]
@@ -240,7 +243,7 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
     test_env = gym.make("tpo_gym/ReasoningGym-v0", **test_kwargs)
     eval_size = int(p.get("eval_size", 32))
     ckpt = Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None
-    cls = getattr(tpo_gym, spec["algo"])
+    cls = resolve_algorithm(spec["algo"])
     if ckpt is not None and (ckpt / "rows.json").is_file() and (ckpt / "agent").is_dir():
         pk = p.get("policy_kwargs", {})
         base = {"policy_kwargs": {"model": pk["model"]}} if pk.get("lora") is not None else {}  # LoRA: adapter only

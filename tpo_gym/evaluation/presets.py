@@ -8,8 +8,11 @@ section 6). Its fields:
 kind of :mod:`tpo_gym.evaluation.experiments`; ``params`` its budget and task; ``methods`` (optional)
 the subset of methods run in this setting.
 ``methods`` -- the table's rows: ``{"name", "algo", "kwargs"?}``; ``algo`` is an agent class name
-(``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``), ``kwargs`` extra
-arguments of that method.
+(``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``, or a class of your own: its
+registered name, ``package.module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or one an installed package
+publishes in the entry-point group ``tpo_gym.algorithms``; see
+:func:`~tpo_gym.agents.registry.resolve_algorithm`), ``kwargs`` extra arguments of that method.
+Validation resolves every ``algo`` (importing only the module a reference names).
 ``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final" | "initial", "key", "threshold"?, "scale"?,
 "unit"?, "paper_dash"?, "better"?, "window"?}``; the first is the headline. ``unit``: ``"%"`` or a word, which
 names the summary.csv column (``final_error`` in ``%``: ``final_error_pct``). ``better``: ``"lower"``
@@ -515,6 +518,7 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
     overrides_of = {u["name"]: u.get("methods", {}) for u in setups}
 
     setting_names: list[str] = []
+    classes: dict[str, type] = {}
     for s in data["settings"]:
         if not isinstance(s, dict) or not isinstance(s.get("name"), str):
             _fail(source, f"each setting needs a string 'name'; got {s!r}")
@@ -537,13 +541,13 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             variants = [s.get("method_overrides", {})]
         else:  # unexpanded: the setting runs under every setup
             variants = list(overrides_of.values()) or [{}]
-        allowed = methods_for_kind(kind)
         for overrides in variants:
             for m in data["methods"]:
                 algo = overrides.get(m["name"], {}).get("algo", m["algo"])
-                if (subset is None or m["name"] in subset) and algo not in allowed:
+                if (subset is None or m["name"] in subset) and \
+                        kind not in _algo_class(source, m["name"], algo, classes).spec.run_kinds:
                     _fail(source, f"method {m['name']!r} (algo {algo!r}) cannot run in setting {s['name']!r} "
-                                  f"of kind {kind!r}; known algos there: {', '.join(allowed)}")
+                                  f"of kind {kind!r}; known algos there: {', '.join(methods_for_kind(kind))}")
         setting_names.append(s["name"])
     if len(set(setting_names)) != len(setting_names):
         _fail(source, f"duplicate setting names in {setting_names}")
@@ -625,6 +629,23 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
         for j, check in enumerate(checks):
             _validate_check(source, f"paper_claims[{i}].checks[{j}]", check, method_names, setting_names,
                             metric_ids)
+
+
+def _algo_class(source: str, method: str, algo: str, classes: dict[str, type]) -> type:
+    """The agent class ``algo`` names (:func:`~tpo_gym.agents.registry.resolve_algorithm`: a registered name,
+    ``module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or an installed package's entry point), resolved once
+    per preset (``classes`` keeps them).
+
+    :raises PresetError: one line naming the method, the reference and how to make it importable.
+    """
+    from tpo_gym.agents.registry import AlgorithmReferenceError, resolve_algorithm
+
+    if algo not in classes:
+        try:
+            classes[algo] = resolve_algorithm(algo)
+        except AlgorithmReferenceError as exc:
+            raise PresetError(f"{source}: method {method!r}: {exc}") from exc
+    return classes[algo]
 
 
 def _check_preset_name(source: str, name: str) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from tpo_gym.agents.registry import reported_diagnostics
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
-from tpo_gym.evaluation._provenance import git_commit, package_versions
+from tpo_gym.evaluation._provenance import distribution_text, git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset
 from tpo_gym.evaluation.report.values import Cell, _diagnostic_keys, _fmt_stat, _metric_label, _metric_value, _paper
 
@@ -326,6 +326,18 @@ def _diagnostics(preset: Preset, cells: dict[tuple[str, str], Cell], present: se
     return md
 
 
+def _own_algorithms(recorded: Any) -> list[str]:
+    """One setup row per algorithm from outside tpo_gym (a manifest's ``algorithms``): where its class came
+    from, ``module:qualname`` and the distribution that installed it."""
+    rows = []
+    for algo, source in (recorded or {}).items() if isinstance(recorded, dict) else ():
+        path = source.get("path") if isinstance(source, dict) else None
+        if not isinstance(path, str) or path.startswith("tpo_gym."):
+            continue
+        rows.append(f"| algorithm `{algo}` | `{path}` ({distribution_text(source)}) |")
+    return rows
+
+
 def _setup(preset: Preset, manifest: dict[str, Any], cells: dict[tuple[str, str], Cell], n_seeds: int,
            from_jsonl: int) -> list[str]:
     invocations = manifest.get("invocations", [])
@@ -337,6 +349,7 @@ def _setup(preset: Preset, manifest: dict[str, Any], cells: dict[tuple[str, str]
     md.append(f"| git commit (runs) | {', '.join(f'`{c}`' for c in commits) or 'unknown'} |")
     md.append(f"| git commit (report) | `{git_commit()}` |")
     md.append(f"| command | `{manifest.get('command', '')}` |")
+    md += _own_algorithms(manifest.get("algorithms"))
     md.append(f"| seeds | {n_seeds} (0..{n_seeds - 1}) |")
     md.append(f"| backend / workers | {manifest.get('backend')} / {manifest.get('workers')} |")
     if invocations:
