@@ -53,7 +53,7 @@ def _stored_out(tmp_path: Path, compress: bool = False) -> tuple[Path, Any]:
     for spec in preset.runs(2):
         rec = {"spec": spec.to_dict(), "status": "ok", "rows": _rows(), "traceback": None, "wall_s": 0.1,
                "run_id": spec.run_id, "config_hash": spec.config_hash}
-        R._write_record(out, spec, rec, compress)
+        R.write_record(out, spec, rec, compress)
     return out, preset
 
 
@@ -225,7 +225,7 @@ def test_bench_refuses_out_of_range_stop_after_and_workers(tmp_path: Path) -> No
 # ---------------------------------------------------------------------------------------------
 def test_a_second_bench_on_one_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, preset = _stored_out(tmp_path)
-    with R._bench_lock(out):  # as a bench in another process holds it
+    with R.bench_lock(out):  # as a bench in another process holds it
         with pytest.raises(R.BenchLocked, match=f"another tpo-gym bench \\(pid {os.getpid()}\\) is writing {out}"):
             R.bench(preset, out, progress=False)
         with pytest.raises(SystemExit) as info:

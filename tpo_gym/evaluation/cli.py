@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.evaluation._provenance import environment_prefix
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
+from tpo_gym.evaluation.importer import add_import_command
 from tpo_gym.evaluation.runner import MAX_STOP_AFTER_MINUTES, MAX_WORKERS
 
 __all__ = ["main", "build_parser"]
@@ -41,6 +43,7 @@ commands:
   tpo-gym presets [NAME]        what each preset holds: settings, methods, seeds, runs, estimated cost
   tpo-gym bench --preset NAME   run a preset (every method x setting x seed) and write its report
   tpo-gym report DIR            rebuild DIR/report.md, figures and summary.csv from the stored runs
+  tpo-gym import FILES --out DIR  add run records written by a script (RunLogger) to DIR's report
 
 examples:
   tpo-gym bench --preset quick --workers 2
@@ -123,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``tpo-gym`` argument parser (``presets``, ``bench`` and ``report`` sub-commands)."""
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="tpo-gym", description=_DESCRIPTION, formatter_class=fmt)
-    sub = parser.add_subparsers(dest="command", metavar="{presets,bench,report}")
+    sub = parser.add_subparsers(dest="command", metavar="{presets,bench,report,import}")
 
     presets = sub.add_parser("presets", help="list the presets, or show one, with an estimate of its cost",
                              formatter_class=fmt,
@@ -200,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--setups", default=None, metavar="A,B", help="report these setups")
     report.add_argument("--seeds", type=_positive_int("--seeds"), default=None,
                         help="report seeds 0..N-1 (runs not stored show as not run yet); nothing is run")
+    add_import_command(sub)
     parser._tpo_sub = {"presets": presets, "bench": bench, "report": report}  # type: ignore[attr-defined]
     return parser
 
@@ -344,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tpo-gym`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is not None:
+        return args.handler(args)
     subs = parser._tpo_sub  # type: ignore[attr-defined]
     if args.command is None:
         parser.print_help()
@@ -356,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             preset = load_preset(args.name)
         except PresetError as exc:
-            subs["presets"].error(str(exc))
+            _preset_error(subs["presets"], "presets", exc)
         _check_run_count("presets", preset, args.seeds, args.seeds)
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
@@ -415,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
             preset = preset.subset(_names(args.settings), _names(args.methods), _names(args.setups))
         if args.backend == "ray" and not args.list:
             require_ray()
-    except (PresetError, BackendError) as exc:
+    except PresetError as exc:
+        _preset_error(subs["bench"], "bench", exc)
+    except BackendError as exc:
         subs["bench"].error(str(exc))
     _check_run_count("bench", preset, args.seeds, args.seeds)
     out = Path(args.out) if args.out is not None else _default_out(preset)
@@ -427,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         _fail("bench", problem)
     argv_list = sys.argv[1:] if argv is None else argv
-    command = "tpo-gym " + " ".join(shlex.quote(a) for a in argv_list)
+    algos = [m["algo"] for s in preset.settings for m in preset.setting_methods(s)]
+    command = environment_prefix(algos) + "tpo-gym " + " ".join(shlex.quote(a) for a in argv_list)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`: stop the workers too, as Ctrl-C does
     try:
@@ -462,6 +471,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary.total} runs left (runs in flight were stopped and left no record); continue with: "
               f"{command}")
     return 1 if summary.failed else 0
+
+
+def _preset_error(parser: argparse.ArgumentParser, command: str, exc: PresetError) -> None:
+    """Exit on a preset that does not load: one line (no usage) when an ``algo`` names no importable agent class,
+    else argparse's usage and the message."""
+    from tpo_gym.agents.registry import AlgorithmReferenceError
+
+    if isinstance(exc.__cause__, AlgorithmReferenceError):
+        _fail(command, str(exc))
+    parser.error(str(exc))
 
 
 def _stored_line(preset: Preset, out: Path, seeds: int | None) -> str:

@@ -3,13 +3,15 @@
 Layout of an output directory ``OUT``:
 
 * ``OUT/runs/<run_id>.json`` -- one record per finished run (``status`` ``"ok"`` with the logged
-  rows, or ``"failed"`` with the traceback), written atomically by the parent process as soon as the
-  run returns; ``OUT/runs/<run_id>.json.gz`` instead with ``compress=True`` (gzip, no time stamp:
-  about 8x smaller, for records committed to a repository). Either form is read; a run has one. A
+  rows, or ``"failed"`` with the traceback; ``algorithm``: where its agent class came from, ``{"name",
+  "path": "module:qualname", "distribution", "version"}``, absent in records of older versions), written
+  atomically by the parent process as soon as the run returns; ``OUT/runs/<run_id>.json.gz`` instead
+  with ``compress=True`` (gzip, no time stamp: about 8x smaller, for records committed to a repository). Either form is read; a run has one. A
   rerun skips every run whose record is ``"ok"`` and whose configuration hash matches; failed and
   missing runs are (re)executed.
 * ``OUT/manifest.json`` -- the preset as run (and the whole preset it was selected from), the seed
-  count, the command and the wall time of each invocation;
+  count, the command, the wall time of each invocation and ``algorithms`` (each ``algo``'s provenance, as
+  in the records: a report in a new shell imports a class named in ``$TPO_GYM_ALGORITHMS`` from there);
   :func:`tpo_gym.evaluation.report.build_report` rebuilds the report from it alone. One preset's
   report per directory: a bench of another preset there is refused unless ``replace_preset``, which
   keeps the replaced preset's entry under ``other_presets`` (its runs stay; no run of one preset ever
@@ -52,10 +54,10 @@ from tpo_gym.evaluation._io import (
     read_json,
     read_json_gz,
 )
-from tpo_gym.evaluation._provenance import git_commit, package_versions
+from tpo_gym.evaluation._provenance import algorithm_provenance, git_commit, package_versions
 from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
-from tpo_gym.evaluation.records import RecordError, validate_record
+from tpo_gym.evaluation.records import RECORD_SCHEMA_VERSION, RecordError, validate_record
 
 try:  # POSIX; elsewhere two benches on one directory are not kept apart
     import fcntl
@@ -64,7 +66,8 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["BACKENDS", "BenchLocked", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path",
            "load_record", "stored_record", "read_record", "stored_runs", "require_ray", "switch_preset",
-           "check_stop_after", "MAX_RECORD_BYTES", "MAX_STOP_AFTER_MINUTES", "MAX_WORKERS", "LOCK_NAME"]
+           "check_stop_after", "read_stored", "write_record", "bench_lock", "MAX_RECORD_BYTES",
+           "MAX_STOP_AFTER_MINUTES", "MAX_WORKERS", "LOCK_NAME"]
 
 BACKENDS = ("local", "ray")
 RAY_HINT = "pip install 'tpo-gym[ray]'"
@@ -147,7 +150,7 @@ def read_record(path: Path) -> Any:
     return read_json_gz(path, MAX_RECORD_BYTES) if path.name.endswith(".gz") else read_json(path)
 
 
-def _read_stored(path: Path) -> Any:
+def read_stored(path: Path) -> Any:
     """The JSON content of the stored record at ``path``, which exists.
 
     :raises RecordError: it is not a regular file (a directory or fifo is never opened), or cannot be read
@@ -178,7 +181,7 @@ def stored_record(out: Path, spec: RunSpec, metric_keys: Collection[str] = ()) -
     path = record_path(out, spec)
     if not os.path.lexists(path):
         return None
-    rec = _read_stored(path)
+    rec = read_stored(path)
     if isinstance(rec, dict):
         if not isinstance(rec.get("config_hash"), str):
             raise RecordError(f"{path}: field 'config_hash' must be the hash of the run's configuration (text), "
@@ -214,7 +217,7 @@ def stored_runs(out: Path, runs: list[RunSpec], metric_keys: Collection[str] = (
     return done
 
 
-def _write_record(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool) -> None:
+def write_record(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool) -> None:
     """Store ``rec`` as the one record of ``spec``: in the form asked for, the other form removed."""
     target = record_path(out, spec, compress)
     if compress:
@@ -275,7 +278,7 @@ def _check_replace(out: Path, manifest: dict[str, Any], preset: Preset, runs: li
     for spec in runs:
         path = record_path(out, spec)
         try:
-            rec = _read_stored(path) if os.path.lexists(path) else None
+            rec = read_stored(path) if os.path.lexists(path) else None
         except RecordError:
             continue
         ran = rec.get("spec") if isinstance(rec, dict) else None
@@ -442,8 +445,12 @@ def _run_ray(tasks: list[list[dict[str, Any]]], workers: int,
     ray = require_ray()
     started_here = False
     if not ray.is_initialized():
+        from tpo_gym.agents.registry import ENV_VAR
+
         address = os.environ.get("RAY_ADDRESS")
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if os.environ.get(ENV_VAR):  # classes of the user's own, for workers on other machines too
+            kwargs["runtime_env"] = {"env_vars": {ENV_VAR: os.environ[ENV_VAR]}}
         if address:
             ray.init(address=address, **kwargs)
         else:
@@ -557,7 +564,7 @@ def bench(
     if backend == "ray":
         require_ray()
     out = make_dirs(out)
-    with _bench_lock(out):
+    with bench_lock(out):
         return _bench_locked(preset, out, n_seeds, workers, backend, command, progress, device, seed_batch,
                              replace_preset, compress, deadline)
 
@@ -569,7 +576,7 @@ def check_stop_after(value: Any, name: str = "stop_after") -> float:
 
 
 @contextlib.contextmanager
-def _bench_lock(out: Path) -> Iterator[None]:
+def bench_lock(out: Path) -> Iterator[None]:
     """Hold ``out``'s :data:`LOCK_NAME` (``fcntl.flock``, released when the process ends, however it ends) for
     the ``with`` block, the holder's pid written in it.
 
@@ -592,17 +599,22 @@ def _bench_lock(out: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _store(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool, metric_keys: Collection[str]) -> bool:
-    """Store the record a run returned, an ``"ok"`` one that :func:`validate_record` refuses as ``"failed"``
-    with the reason (never a silent NaN kept as finished). Whether it is stored as ``"ok"``."""
+def _store(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool, metric_keys: Collection[str],
+           algorithm: dict[str, Any] | None = None) -> bool:
+    """Store the record a run returned (with ``algorithm``, the provenance of its agent class), an ``"ok"`` one
+    that :func:`validate_record` refuses as ``"failed"`` with the reason (never a silent NaN kept as finished).
+    Whether it is stored as ``"ok"``."""
     rec["run_id"], rec["config_hash"] = spec.run_id, spec.config_hash
+    rec.setdefault("schema_version", RECORD_SCHEMA_VERSION)
+    if algorithm is not None:
+        rec["algorithm"] = algorithm
     rec["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if rec["status"] == "ok":
         try:
             validate_record(rec, f"run {spec.run_id}", metric_keys)
         except RecordError as exc:
             rec.update(status="failed", traceback=f"the run returned an invalid record: {exc}")
-    _write_record(out, spec, rec, compress)
+    write_record(out, spec, rec, compress)
     return rec["status"] == "ok"
 
 
@@ -612,7 +624,7 @@ def _recompress(out: Path, runs: list[RunSpec], compress: bool) -> None:
     for spec in runs:
         path = record_path(out, spec)
         if path.name.endswith(".gz") != compress:
-            _write_record(out, spec, _read_stored(path), compress)
+            write_record(out, spec, read_stored(path), compress)
 
 
 def _bench_locked(preset: Preset, out: Path, n_seeds: int, workers: int, backend: str, command: str | None,
@@ -627,9 +639,10 @@ def _bench_locked(preset: Preset, out: Path, n_seeds: int, workers: int, backend
     if compress is None:
         compress = manifest.get("compress_records") is True
     make_dirs(out / "runs")
+    algorithms = {algo: algorithm_provenance(algo) for algo in dict.fromkeys(r.algo for r in runs)}
     manifest.update(preset=preset.data, whole_preset=preset.whole_data, preset_source=preset.source, seeds=n_seeds,
                     command=command or " ".join(sys.argv), backend=backend, workers=workers, device=device,
-                    seed_batch=seed_batch, compress_records=compress)
+                    seed_batch=seed_batch, compress_records=compress, algorithms=algorithms)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_json(manifest_path, manifest)
 
@@ -657,7 +670,8 @@ def _bench_locked(preset: Preset, out: Path, n_seeds: int, workers: int, backend
         try:
             for rec in stream:
                 spec = RunSpec.from_dict(rec["spec"])
-                failed += not _store(out, by_id.get(spec.run_id, spec), rec, compress, preset.metric_keys)
+                spec = by_id.get(spec.run_id, spec)
+                failed += not _store(out, spec, rec, compress, preset.metric_keys, algorithms.get(spec.algo))
                 recorded.add(spec.run_id)
                 bar.update(1)
                 bar.set_postfix(failed=failed)

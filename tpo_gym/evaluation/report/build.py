@@ -12,6 +12,7 @@ from typing import Any
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_json, atomic_write_text
+from tpo_gym.evaluation.importer import ImportedPreset, imported_preset
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
 from tpo_gym.evaluation.report.figures import _figures
 from tpo_gym.evaluation.report.runs import (
@@ -147,6 +148,16 @@ def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict
     return buf.getvalue()
 
 
+def _imported_note(preset: Preset) -> list[str]:
+    """A paragraph naming the methods whose runs ``tpo-gym import`` added (none: nothing)."""
+    if not isinstance(preset, ImportedPreset) or not preset.imported:
+        return []
+    names = ", ".join(f"`{m['name']}` (algo `{m['algo']}`)" for m in preset.methods if m.get("imported"))
+    return [f"Imported methods: {names}: runs of scripts outside the bench (run records added by `tpo-gym import`), "
+            "reported as the preset's methods are; the paper's numbers and claims were not written with them in "
+            "mind.\n"]
+
+
 def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
                  refused: list[str] | None = None) -> dict[str, Path]:
     """Rebuild every report file of ``out`` from its manifest and stored runs.
@@ -172,6 +183,7 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
     manifest = stored_manifest if manifest is None else manifest
     run_preset = Preset(data=manifest["preset"], source=manifest.get("preset_source", str(manifest_path)))
     preset, full_methods, drift = _presentation(run_preset)
+    preset = imported_preset(preset, manifest)  # the methods `tpo-gym import` added, as rows of their own
     n_seeds = int(manifest["seeds"])
     records, from_jsonl, damaged = _load_runs(preset, out, n_seeds)
     if refused is not None:
@@ -217,6 +229,7 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
     if drift:
         md.append(drift + "\n")
     md += _setup(preset, manifest, cells, n_seeds, from_jsonl)
+    md += _imported_note(preset)
     md += _terms(preset, present)
     md += _results(preset, cells, values, n_seeds)
     md += _seed_steps_table(preset, cells)
@@ -232,11 +245,15 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
             md += [f"### {fig.title[0].upper() + fig.title[1:]}\n", f"![{fig.title}]({fig.name})\n",
                    f"*{fig.caption}*\n"]
     failures = [rec for cell in cells.values() for rec in cell.failed]
-    missing = sum(n_seeds - len(c.rows) - len(c.failed) for c in cells.values())
-    if failures or missing or damaged:
+    imported = set(preset.imported) if isinstance(preset, ImportedPreset) else set()
+    missing = sum(n_seeds - len(c.rows) - len(c.failed) for c in cells.values() if c.method not in imported)
+    not_imported = sum(n_seeds - len(c.rows) - len(c.failed) for c in cells.values() if c.method in imported)
+    if failures or missing or not_imported or damaged:
         md.append("## Failed and missing runs\n")
         md.append(f"{len(failures)} failed, {missing} not run yet (`tpo-gym bench` with this preset, selection, "
-                  "seeds and --out runs them; finished runs are kept).\n")
+                  "seeds and --out runs them; finished runs are kept)"
+                  + (f"; {not_imported} seeds of imported methods not imported (`tpo-gym import` adds them)"
+                     if not_imported else "") + ".\n")
         for rec in failures:
             tb = (rec.get("traceback") or "").strip().splitlines()
             md.append(f"- `{rec.get('run_id')}`: `{tb[-1] if tb else 'unknown error'}`")

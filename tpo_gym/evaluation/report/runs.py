@@ -7,7 +7,10 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.agents.registry import AlgorithmReferenceError
 from tpo_gym.evaluation._io import parse_json, read_json
+from tpo_gym.evaluation._provenance import restore_algorithms
+from tpo_gym.evaluation.importer import imported_methods
 from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
 from tpo_gym.evaluation.records import RecordError, validate_record
 from tpo_gym.evaluation.report.values import Cell
@@ -158,12 +161,17 @@ def _read_manifest(out: Path) -> tuple[Path, dict[str, Any]]:
 def _check_manifest(manifest: Any, where: str) -> None:
     """:class:`BadManifest` unless ``manifest`` (or one entry of its ``other_presets``, ``where`` naming it)
     holds a valid preset and a seed count it can expand (at most
-    :data:`~tpo_gym.evaluation.presets.MAX_RUNS` runs)."""
+    :data:`~tpo_gym.evaluation.presets.MAX_RUNS` runs), and imported runs listed as ``tpo-gym import`` lists them
+    (:func:`~tpo_gym.evaluation.importer.imported_methods`)."""
     seeds = manifest.get("seeds") if isinstance(manifest, dict) else None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("preset"), dict) \
             or isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise BadManifest(f"{where} is not a manifest written by tpo-gym bench: it needs a JSON object "
                           "with a 'preset' object and 'seeds' (an integer >= 1)")
+    try:
+        restore_algorithms(manifest.get("algorithms"))
+    except AlgorithmReferenceError as exc:
+        raise BadManifest(f"{where}: {exc}") from None
     try:
         validate_preset(manifest["preset"], source=where)
         if isinstance(manifest.get("whole_preset"), dict):
@@ -171,3 +179,7 @@ def _check_manifest(manifest: Any, where: str) -> None:
         Preset(data=manifest["preset"], source=where).run_count(seeds)
     except PresetError as exc:
         raise BadManifest(str(exc)) from None
+    try:
+        imported_methods(manifest)
+    except ValueError as exc:
+        raise BadManifest(f"{where}: {exc}") from None
