@@ -4,6 +4,11 @@ The site is MkDocs + Material + mkdocstrings (``mkdocs.yml``, pages under ``docs
 ``docs`` extra). As tests/test_readme.py does for the README, every ```` ```python ```` block of the
 guides runs as written and prints what its ``# prints VALUE`` comments say; a block that must not run
 (a long training, a multi-process launch) is fenced as another language (``bash``, ``text``).
+
+The built HTML is checked as a reader sees it: the math is arithmatex markup that the site's own MathJax
+renders (no raw ``.. math::``, no script from another host), every image resolves, the Benchmarks page
+shows the committed reports' curves and each environment page a frame of its task, and the docstrings'
+Sphinx roles are links (``docs/screenshots.py`` takes screenshots of the pages for a person to look at).
 """
 
 from __future__ import annotations
@@ -148,3 +153,94 @@ def test_docstring_markup_becomes_markdown() -> None:
     assert rst_to_markdown(text).splitlines() == [
         "See `GroupAlgorithm` and `tpo_gym.envs.check_group_env`:", "", "    code", "",
         "|  |  |", "|---|---|", "| ``a`` | first more |", "| ``bb`` | second |"]
+
+
+def _html_pages(site: Path) -> dict[str, str]:
+    return {p.relative_to(site).as_posix(): p.read_text() for p in site.rglob("*.html")}
+
+
+def _autoref_links(html: str) -> int:
+    """Links that mkdocs-autorefs resolved (cross-references to documented objects) in the page's content."""
+    return len(re.findall(r'<a class="autorefs autorefs-internal"', html))
+
+
+def test_math_renders_offline(site: Path) -> None:
+    """Docstring and guide math reach the page as arithmatex elements, no ``.. math::`` / ``:math:`` text is
+    left, and the MathJax that typesets it is the site's own copy (no script from another host)."""
+    pages = _html_pages(site)
+    objectives = pages["reference/objectives/index.html"]
+    assert objectives.count('<div class="arithmatex">') >= 3, "the .. math:: blocks of tpo_gym.objectives"
+    assert objectives.count('<span class="arithmatex">') >= 20, "the :math: roles of tpo_gym.objectives"
+    for page in ("method/index.html", "agents/tpo/index.html", "reference/agents/reference_setup/index.html"):
+        assert '<div class="arithmatex">' in pages[page], page
+    for name, html in pages.items():
+        text = re.sub(r"<[^>]+>", "", html)
+        assert ".. math" not in text and ":math:`" not in text, f"{name}: raw RST math"
+        scripts = re.findall(r'<script[^>]*\bsrc="([^"]+)"', html)
+        assert not [s for s in scripts if re.match(r"(https?:)?//", s)], f"{name}: a script from another host"
+        assert "assets/mathjax/tex-svg.js" in " ".join(scripts), f"{name}: MathJax not loaded"
+    assert (site / "assets/mathjax/tex-svg.js").stat().st_size > 1_000_000
+    assert (site / "assets/mathjax/input/tex/extensions/boldsymbol.js").is_file()  # what MathJax loads on demand
+
+
+def test_images_resolve_and_pages_show_figures(site: Path) -> None:
+    """Every image of every page is a file of the site; the Benchmarks page shows the committed reports'
+    curves, each environment family page a frame of its task, the Method page TPO's target."""
+    pages = _html_pages(site)
+    for name, html in pages.items():
+        for src in re.findall(r'<img[^>]*\bsrc="([^"]+)"', html):
+            assert not re.match(r"(https?:)?//|data:", src), f"{name}: image from elsewhere: {src}"
+            target = (site / name).parent / src.split("#")[0]
+            assert target.resolve().is_file(), f"{name}: broken image {src}"
+
+    def figures(page: str) -> list[str]:
+        return re.findall(r'<figure>\s*<p>(?:<a [^>]*>)?<img[^>]*\bsrc="([^"]+)"', pages[page])
+
+    bench = figures("benchmarks/index.html")
+    assert len(bench) >= 4, bench
+    for report in ("table1", "table2", "mnist", "tabular-single"):
+        assert any(f"results/{report}/" in src for src in bench), report
+    shown = {"environments/bandits": "env-bandits.png", "environments/token-tasks": "env-token-task.png",
+             "environments/mnist": "env-mnist.png", "environments/reasoning-gym": "env-reasoning-gym.png",
+             "method": "tpo-target.png"}
+    for page, image in shown.items():
+        assert any(src.endswith(image) for src in figures(f"{page}/index.html")), page
+
+
+def test_api_reference_cross_references_are_links(site: Path) -> None:
+    """The Sphinx roles of the docstrings become links to the objects they name; none is left as RST."""
+    pages = _html_pages(site)
+    assert _autoref_links(pages["reference/objectives/index.html"]) >= 10
+    assert _autoref_links(pages["reference/envs/index.html"]) >= 10
+    assert _autoref_links(pages["reference/agents/tpo/index.html"]) >= 3
+    assert sum(_autoref_links(html) for name, html in pages.items() if name.startswith("reference/")) >= 300
+    for name, html in pages.items():
+        text = re.sub(r"<[^>]+>", "", html)
+        assert not re.search(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc):`", text), f"{name}: a raw role"
+
+
+def test_docstring_lists_keep_their_blocks(site: Path) -> None:
+    """A table or a second paragraph inside an RST list item stays in that item: the next item is an item,
+    not text run into the paragraph (tpo_gym.envs: the ``reward_credit`` bullet after the score table)."""
+    html = (site / "reference/envs/index.html").read_text()
+    assert re.search(r"<li>\s*<p><code>reward_credit</code>", html), "reward_credit is a list item"
+    assert "* <code>reward_credit</code>" not in html
+    registered = html[html.index('registered-ids"'):]
+    header = re.search(r"<thead>(.*?)</thead>", registered, re.S).group(1)
+    assert re.findall(r"<th>([^<]+)</th>", header), "the registered-ids table has a header row"
+
+
+def test_docstring_math_links_and_lists_become_markdown() -> None:
+    sys.path.insert(0, str(DOCS))
+    try:
+        from griffe_rst import rst_to_markdown
+    finally:
+        sys.path.remove(str(DOCS))
+    text = ("Uses :math:`q_i` and :func:`~pkg.f`:\n\n.. math::\n    a = b\n\n    c = d\n\nafter\n\n"
+            "* first item\n  its text\n\n  ======  ===\n  ``x``   1\n  ======  ===\n\n  more of it\n* second item\n")
+    resolve = {("func", "pkg.f"): "pkg.mod.f"}.get
+    assert rst_to_markdown(text, lambda role, target: resolve((role, target))).splitlines() == [
+        r"Uses \(q_i\) and <autoref identifier=" '"pkg.mod.f" optional>`f`</autoref>:', "",
+        "$$", "a = b", "$$", "", "$$", "c = d", "$$", "", "after", "",
+        "* first item", "    its text", "", "    |  |  |", "    |---|---|", "    | ``x`` | 1 |", "",
+        "    more of it", "", "* second item"]

@@ -14,6 +14,8 @@ would drop it::
 Registered ids
 --------------
 ===================================== =========================================================
+id                                    task and settings
+===================================== =========================================================
 ``tpo_gym/Bandit-v0``                 K-armed single-context bandit (``n_arms=100``)
 ``tpo_gym/ContextualBandit-v0``       100 contexts x 10 arms (``table_seed`` fixes the table)
 ``tpo_gym/MNISTBandit-v0``            MNIST contextual bandit (``split``, ``root``)
