@@ -61,6 +61,9 @@ __all__ = [
     "ENV_VAR",
     "ENTRY_POINT_GROUP",
     "reported_diagnostics",
+    "SB3_SPEC",
+    "is_sb3_algorithm",
+    "method_spec",
 ]
 
 #: What a group is, per method: ``"group"`` (K candidates or K rollouts per context, compared within the
@@ -273,9 +276,12 @@ def _import_class(reference: str, where: str = "") -> type:
                        "check the spelling: module:Class names a class that module defines or imports")
     if not isinstance(obj, type):
         raise fail(f"names a {type(obj).__name__}, not a class; an algorithm is a GroupAlgorithm subclass")
+    if is_sb3_algorithm(obj):
+        return obj  # Stable-Baselines3's own classes run as they are (tpo_gym.evaluation.sb3_runs), unregistered
     if not issubclass(obj, GroupAlgorithm) or obj is GroupAlgorithm:
         raise fail(f"class {obj.__qualname__} is not an agent class (a subclass of "
-                   "tpo_gym.agents.GroupAlgorithm declaring spec = AlgorithmSpec(...))")
+                   "tpo_gym.agents.GroupAlgorithm declaring spec = AlgorithmSpec(...), or a Stable-Baselines3 "
+                   "algorithm)")
     try:
         register_algorithm(obj)
     except ValueError as exc:
@@ -351,8 +357,29 @@ def resolve_algorithm(reference: str) -> type:
     if known is not None and known in _REGISTRY:
         return _REGISTRY[known].cls
     cls = _import_class(reference)
-    _ALIASES[reference] = cls.__name__
+    if not is_sb3_algorithm(cls):  # an SB3 class is not registered: its name may be a tpo-gym agent's (PPO)
+        _ALIASES[reference] = cls.__name__
     return cls
+
+
+#: What a Stable-Baselines3 algorithm class is to the benchmark: one behaviour episode per context (a
+#: single-sample method), run in token and MNIST settings, logging no update diagnostics.
+SB3_SPEC = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), diagnostics=())
+
+
+def is_sb3_algorithm(cls: Any) -> bool:
+    """Whether ``cls`` is a Stable-Baselines3 algorithm class (``BaseAlgorithm``) and not one of tpo-gym's agents."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    from tpo_gym.agents.algorithm_base import AlgorithmBase
+
+    return isinstance(cls, type) and issubclass(cls, BaseAlgorithm) and not issubclass(cls, AlgorithmBase)
+
+
+def method_spec(cls: type) -> AlgorithmSpec:
+    """The :class:`AlgorithmSpec` of a class :func:`resolve_algorithm` returned: an agent's own, or
+    :data:`SB3_SPEC` for a Stable-Baselines3 algorithm."""
+    return SB3_SPEC if is_sb3_algorithm(cls) else cls.spec  # type: ignore[attr-defined, no-any-return]
 
 
 def algorithm_path(cls: type) -> str:

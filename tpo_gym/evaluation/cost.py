@@ -86,9 +86,9 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 100)) * batch * int(_arg(spec, "group_size")) * tokens * (1 + 2 * epochs)
     if spec.kind == "mnist":
         return float(p.get("steps", 10_000)) * batch * (1 + epochs)
-    from tpo_gym.agents.registry import resolve_algorithm
+    from tpo_gym.agents.registry import method_spec, resolve_algorithm
 
-    rollouts = resolve_algorithm(spec.algo).spec.rollouts_per_iteration(
+    rollouts = method_spec(resolve_algorithm(spec.algo)).rollouts_per_iteration(
         batch, int(_arg(spec, "group_size")), _arg(spec, "level"), _arg(spec, "budget"))
     horizon = int(p.get("env_kwargs", {}).get("length", 10))
     return float(p.get("episodes", 1000)) * rollouts * horizon * (1 + epochs)

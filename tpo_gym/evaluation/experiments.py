@@ -310,7 +310,28 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
 
     :return: ``{"status": "ok" | "failed", "spec", "rows", "wall_s", "traceback", "host", "pid"}``.
     """
-    return _execute([spec], lambda: [_KIND_FUNCS[spec["kind"]](spec)])[0]
+    return _execute([spec], lambda: [_run_one(spec)])[0]
+
+
+def _run_one(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one run: a Stable-Baselines3 algorithm through :func:`~tpo_gym.evaluation.sb3_runs.run_sb3`,
+    anything else through its kind's function."""
+    cls = _sb3_class(spec)
+    if cls is not None:
+        from tpo_gym.evaluation.sb3_runs import run_sb3
+
+        return run_sb3(spec, cls)
+    return _KIND_FUNCS[spec["kind"]](spec)
+
+
+def _sb3_class(spec: dict[str, Any]) -> type | None:
+    """The Stable-Baselines3 class ``spec["algo"]`` names, or ``None`` for tpo-gym's own agents."""
+    from tpo_gym.agents.registry import is_sb3_algorithm, resolve_algorithm
+
+    if spec["kind"] not in ("token", "mnist"):
+        return None
+    cls = resolve_algorithm(spec["algo"])
+    return cls if is_sb3_algorithm(cls) else None
 
 
 #: Run kinds whose seeds :func:`execute_runs` trains together in one :class:`~tpo_gym.agents.SeedBatch`.
@@ -322,7 +343,7 @@ _SEED_BATCH_FUNCS: dict[str, Callable[[list[dict[str, Any]]], list[list[dict[str
 
 def seed_batch_key(spec: dict[str, Any]) -> str | None:
     """What the specs of one seed batch share (all but the seed), or ``None`` for kinds run one by one."""
-    if spec["kind"] not in _SEED_BATCH_FUNCS:
+    if spec["kind"] not in _SEED_BATCH_FUNCS or _sb3_class(spec) is not None:
         return None
     return json.dumps({k: v for k, v in spec.items() if k not in ("seed", "checkpoint_dir")}, sort_keys=True,
                       default=str)

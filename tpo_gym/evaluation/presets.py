@@ -51,6 +51,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.agents.registry import method_spec
 from tpo_gym.evaluation._io import parse_json
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD, summary_column, unit_suffix
@@ -545,7 +546,7 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
             for m in data["methods"]:
                 algo = overrides.get(m["name"], {}).get("algo", m["algo"])
                 if (subset is None or m["name"] in subset) and \
-                        kind not in _algo_class(source, m["name"], algo, classes).spec.run_kinds:
+                        kind not in method_spec(_algo_class(source, m["name"], algo, classes)).run_kinds:
                     _fail(source, f"method {m['name']!r} (algo {algo!r}) cannot run in setting {s['name']!r} "
                                   f"of kind {kind!r}; known algos there: {', '.join(methods_for_kind(kind))}")
         setting_names.append(s["name"])

@@ -24,18 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_sb3_class", "run_sb3"]
-
-
-def is_sb3_class(cls: Any) -> bool:
-    """Whether ``cls`` is a Stable-Baselines3 algorithm class (not one of tpo-gym's own agents)."""
-    try:
-        from stable_baselines3.common.base_class import BaseAlgorithm
-    except ImportError:  # pragma: no cover - stable-baselines3 is a dependency of tpo-gym
-        return False
-    from tpo_gym.agents.algorithm_base import AlgorithmBase
-
-    return isinstance(cls, type) and issubclass(cls, BaseAlgorithm) and not issubclass(cls, AlgorithmBase)
+__all__ = ["run_sb3"]
 
 
 def _window(params: dict[str, Any], kind: str) -> int:

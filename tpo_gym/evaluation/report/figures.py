@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tpo_gym.agents.registry import resolve_algorithm
+from tpo_gym.agents.registry import method_spec, resolve_algorithm
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes
 from tpo_gym.evaluation.presets import Preset
@@ -284,7 +284,7 @@ def _fig_loss(preset: Preset, cells: dict[tuple[str, str], Cell], colors: dict[s
                "surrogates; REINFORCE, DG: policy-gradient losses), so their values are not comparable. "
                "Darker shades of a method's colour are later settings of the preset.")
     algos = {m["name"]: m["algo"] for m in preset.methods if not m.get("imported")}  # an import's algo: a name
-    if any(m in algos and resolve_algorithm(algos[m]).spec.clipped_surrogate for m in methods):
+    if any(m in algos and method_spec(resolve_algorithm(algos[m])).clipped_surrogate for m in methods):
         caption += (" At the first epoch the ratio to the rollout policy is 1, so a clipped surrogate equals minus "
                     "the mean advantage, about 0 with zero-mean advantages: GRPO's and PPO's first-epoch loss says "
                     "little about learning.")
