@@ -6,7 +6,7 @@ once (``[G, H]``) and the answers' ``T - 1`` positions attend to their group's p
 builds a Table 3 agent (reverse copy, V = 2, terminal reward, B = 100, K = 8, reference setup, one thread), and
 times whole episodes (rollout + update) and the update alone, with the prompt computed once per group ("after")
 and per rollout ("before", ``policy.shares_group_prefix = False``), interleaved ``--repeats`` times; it prints
-the medians and their ratios. Usage::
+the medians and their ratios (CPU time of this one-threaded process, so a busy machine changes little). Usage::
 
     .venv/bin/python benchmarks/bench_prompt_once.py [--horizon 10] [--repeats 5] [--methods TPO,GRPO]
 """
@@ -36,9 +36,10 @@ def _agent(algo: str, horizon: int) -> object:
 
 
 def _time(fn: object) -> float:
-    start = time.perf_counter()
+    """CPU seconds of this process (one thread: unaffected by other processes on a busy machine)."""
+    start = time.process_time()
     fn()  # type: ignore[operator]
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def measure(algo: str, horizon: int, repeats: int) -> dict[str, dict[str, float]]:

@@ -255,7 +255,8 @@ def test_skip_uninformative_steps_leaves_the_weights_where_no_group_carries_sign
         assert agent.history[0]["zero_variance_fraction"] == 1.0  # no signal in this batch
         moved[skip] = max(float((p - b).abs().max()) for p, b in zip(agent.policy.parameters(), before, strict=True))
         if skip:  # one epoch, no step: the loss at pi_old is the last epoch's too
-            assert math.isfinite(agent.history[0]["loss"]) and agent.history[0]["loss"] == agent.history[0]["final_loss"]
+            first = agent.history[0]
+            assert math.isfinite(first["loss"]) and first["loss"] == first["final_loss"]
     assert moved[True] == 0.0
     assert moved[False] > 0.0
 

@@ -20,8 +20,8 @@ root::
 
 Cases: every family (TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE) on a token task at token and sequence level,
 the single-sample variants (``candidates="single"``, ``baseline="expected"``), a tiny random language model on a
-toy text env, a fake MNIST (random images: no data download), the reference setup, CartPole (same-seed groups of a plain Gymnasium
-env), ``SeedBatch`` with looped and stacked forward / optimiser, and save, load and resume.
+toy text env, a fake MNIST (random images: no data download), the reference setup, CartPole (same-seed groups of a
+plain Gymnasium env), ``SeedBatch`` with looped and stacked forward / optimiser, and save, load and resume.
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ from tpo_gym.agents.env_copies import (
     single_group_api_available,
 )
 from tpo_gym.agents.policies import CategoricalPolicy
-from tpo_gym.objectives import at_least_float32, working_dtype
 from tpo_gym.agents.sb3_conventions import episode_entries
 from tpo_gym.envs.group import SyncGroupVectorEnv, group_reset
+from tpo_gym.objectives import at_least_float32, working_dtype
 
 __all__ = [
     "RolloutSource",
