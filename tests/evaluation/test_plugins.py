@@ -41,7 +41,7 @@ SMALL = {"batch_size": 6, "group_size": 3, "n_epochs": 1, "policy_kwargs": {"d_m
 def tiny_table1(directory: Path, algo: str = "RLOO") -> Path:
     """The packaged table1 preset with a method row ``RLOO`` (``algo``) added and a tiny budget: setting V=2
     only, 3 episodes of length-3 sequences, B=6, K=3, a one-layer model."""
-    data = json.loads((ROOT / "tpo_gym/evaluation/presets/table1.json").read_text())
+    data = json.loads((ROOT / "tpo_gym/evaluation/preset_files/table1.json").read_text())
     setting = data["settings"][0]
     assert setting["name"] == "V=2"
     setting["params"]["episodes"] = 3

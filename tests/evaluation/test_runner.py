@@ -64,7 +64,7 @@ def test_seed_batched_bench_gives_the_records_of_seeds_run_alone(tmp_path: Path)
 
 
 def test_seed_batches_group_only_seeds_of_one_run() -> None:
-    preset = load_preset(str(Path(__file__).parents[2] / "tpo_gym/evaluation/presets/quick.json"))
+    preset = load_preset(str(Path(__file__).parents[2] / "tpo_gym/evaluation/preset_files/quick.json"))
     specs = [r.to_dict() for r in preset.runs(5)]
     tasks = seed_batches(specs, 2)
     assert sorted(s["seed"] for t in tasks for s in t) == sorted(s["seed"] for s in specs)

@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.evaluation._cli_derived import add_budget_arguments, add_export_arguments, say_pruned
 from tpo_gym.evaluation._provenance import environment_prefix
-from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
 from tpo_gym.evaluation.importer import add_import_command
+from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
 from tpo_gym.evaluation.runner import MAX_STOP_AFTER_MINUTES, MAX_WORKERS
 
 __all__ = ["main", "build_parser"]
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="number of seeds to estimate for (default: the preset's)")
     presets.add_argument("--workers", type=_positive_int("--workers", MAX_WORKERS), default=2,
                          help="parallel runs for the wall-time estimate (default: 2)")
+    add_export_arguments(presets)
 
     bench = sub.add_parser("bench", help="run a benchmark preset and write its report", formatter_class=fmt,
                            description=textwrap.fill(
@@ -159,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--setups", default=None, metavar="A,B",
                        help="run only these setups of a preset with setups (reference, tuned: docs/method.md "
                             "section 4b; default: all, side by side)")
+    add_budget_arguments(bench, _positive_int)
     bench.add_argument("--out", default=None, help="output directory (default: runs/<preset>)")
     bench.add_argument("--replace-preset", action="store_true",
                        help="when --out holds another preset's report: write this preset's report there instead "
@@ -357,12 +360,21 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "presets":
         if args.name is None:
+            if args.export is not None:
+                subs["presets"].error("--export FILE needs NAME: the preset to write (tpo-gym presets NAME --export "
+                                      "FILE)")
             print(presets_overview(args.workers))
             return 0
         try:
+            if args.export is not None:
+                from tpo_gym.evaluation.derived import export_preset
+
+                print(f"wrote preset {args.name} to {export_preset(args.name, args.export, args.force)}")
+                return 0
             preset = load_preset(args.name)
         except PresetError as exc:
             _preset_error(subs["presets"], "presets", exc)
+        say_pruned("presets", preset)
         _check_run_count("presets", preset, args.seeds, args.seeds)
         print(describe_preset(preset, args.seeds, args.workers))
         return 0
@@ -417,8 +429,17 @@ def main(argv: list[str] | None = None) -> int:
         _check_path_text("bench", "--out", args.out)
     try:
         preset = load_preset(args.preset)
+        say_pruned("bench", preset)
+        from tpo_gym.evaluation.derived import add_methods, override_budget
+
+        preset, added = add_methods(preset, _names(args.methods))
+        if added:
+            print(f"note: --methods adds {', '.join(added)} (not in preset {preset.name!r}) with default arguments",
+                  file=sys.stderr)
         if args.settings is not None or args.methods is not None or args.setups is not None:
             preset = preset.subset(_names(args.settings), _names(args.methods), _names(args.setups))
+
+        preset = override_budget(preset, args.episodes, args.steps)
         if args.backend == "ray" and not args.list:
             require_ray()
     except PresetError as exc:

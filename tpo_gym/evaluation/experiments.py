@@ -326,11 +326,14 @@ def _run_one(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _sb3_class(spec: dict[str, Any]) -> type | None:
     """The Stable-Baselines3 class ``spec["algo"]`` names, or ``None`` for tpo-gym's own agents."""
-    from tpo_gym.agents.registry import is_sb3_algorithm, resolve_algorithm
+    from tpo_gym.agents.registry import AlgorithmReferenceError, is_sb3_algorithm, resolve_algorithm
 
-    if spec["kind"] not in ("token", "mnist"):
+    if spec.get("kind") not in ("token", "mnist") or not isinstance(spec.get("algo"), str):
         return None
-    cls = resolve_algorithm(spec["algo"])
+    try:
+        cls = resolve_algorithm(spec["algo"])
+    except AlgorithmReferenceError:  # the run itself says so, in its record
+        return None
     return cls if is_sb3_algorithm(cls) else None
 
 

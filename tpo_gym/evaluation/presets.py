@@ -1,7 +1,7 @@
 """Benchmark presets: JSON data files, loaded, validated and expanded into runs.
 
-A preset (``tpo_gym/evaluation/presets/NAME.json``) mirrors one published result (docs/method.md
-section 6). Its fields:
+A preset (``tpo_gym/evaluation/preset_files/NAME.json``; docs/presets.md describes every field) mirrors one
+published result (docs/method.md section 6). Its fields:
 
 ``name``, ``description`` (one line), ``paper_ref`` (where in the paper), ``seeds`` (default count),
 ``settings`` -- the table's columns: ``{"name", "kind", "params", "methods"?}``; ``kind`` is a run
@@ -53,13 +53,15 @@ from typing import Any
 
 from tpo_gym.agents.registry import method_spec
 from tpo_gym.evaluation._io import parse_json
+from tpo_gym.evaluation.derived import prune_to_present
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD, summary_column, unit_suffix
 from tpo_gym.evaluation.metrics import METRIC_TYPES as _INLINE_METRIC_TYPES
 from tpo_gym.evaluation.metrics import TABLE_METRIC_TYPES as _METRIC_TYPES
 
-__all__ = ["CHECK_TESTS", "MAX_RUNS", "Preset", "RunSpec", "PresetError", "available_presets", "expand_setups",
-           "load_preset", "resolve_names", "setup_setting_name", "validate_preset"]
+__all__ = ["CHECK_TESTS", "MAX_RUNS", "PRESET_FOLDER", "Preset", "RunSpec", "PresetError", "available_presets",
+           "expand_setups", "is_packaged_source", "load_preset", "resolve_names",
+           "setup_setting_name", "validate_preset"]
 
 #: The most runs one preset selection may expand into (method x setting x seed): the largest paper preset
 #: has under 1,000; a million runs' specs alone take gigabytes, so a larger count is refused before any is made.
@@ -127,6 +129,9 @@ class Preset:
     data: dict[str, Any]
     source: str
     whole: dict[str, Any] | None = None
+    #: What :func:`load_preset` cut from the file because it names a setting, method or metric the file no longer
+    #: has (one line each, see :func:`prune_to_present`); the command line prints them.
+    pruned: list[str] = field(default_factory=list)
 
     @property
     def whole_data(self) -> dict[str, Any]:
@@ -214,37 +219,7 @@ class Preset:
             else:
                 chosen = resolve_names(wanted, known, f"preset {self.name!r}", kind)
             data[kind] = [x for x in data[kind] if x["name"] in chosen]
-        keep_m = {m["name"] for m in data["methods"]}
-        for s in data["settings"]:
-            if s.get("methods") is not None:
-                s["methods"] = [m for m in s["methods"] if m in keep_m]
-            if s.get("method_overrides"):  # a setup's changes to methods left out go with them
-                s["method_overrides"] = {m: o for m, o in s["method_overrides"].items() if m in keep_m}
-        for u in data.get("setups", []) or []:
-            if u.get("methods"):
-                u["methods"] = {m: o for m, o in u["methods"].items() if m in keep_m}
-        data["settings"] = [s for s in data["settings"] if s.get("methods") is None or s["methods"]]
-        keep_s = {s["name"] for s in data["settings"]}
-        data["paper"] = {mid: {m: {s: v for s, v in cols.items() if s in keep_s}
-                               for m, cols in rows.items() if m in keep_m}
-                         for mid, rows in data.get("paper", {}).items()}
-        tables = []
-        for t in data.get("tables", []) or []:
-            t = dict(t, settings=[s for s in t.get("settings", []) if s in keep_s],
-                     methods=[m for m in t.get("methods", []) if m in keep_m])
-            if t["settings"] or not self.data.get("tables"):
-                tables.append(t)
-        if "tables" in data:
-            data["tables"] = tables
-        kept, omitted = [], 0
-        for claim in data.get("paper_claims", []):
-            claim = _prune_claim(claim, keep_s, keep_m)
-            if claim is None:
-                omitted += 1
-            else:
-                kept.append(claim)
-        if "paper_claims" in data:
-            data["paper_claims"] = kept
+        omitted, _ = prune_to_present(data)
         if omitted:
             data["omitted_claims"] = int(data.get("omitted_claims", 0)) + omitted
         if "setups" in data:
@@ -362,27 +337,6 @@ def expand_setups(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _prune_claim(claim: Any, settings: set[str], methods: set[str]) -> Any:
-    """A claim cut to a subset of settings, or ``None`` when it names a method (or needs a setting) left out."""
-    if isinstance(claim, str):
-        return claim
-    checks = []
-    for check in claim.get("checks", []):
-        named = ([check["method"]] if "method" in check else []) + list(check.get("methods", [])) \
-            + list(check.get("among", []))
-        if any(n not in methods for n in named):
-            return None
-        check = dict(check)
-        if "settings" in check:
-            check["settings"] = [x for x in check["settings"] if x in settings]
-            if not check["settings"]:
-                return None
-        if "setting" in check and check["setting"] not in settings:
-            return None
-        checks.append(check)
-    return dict(claim, checks=checks)
-
-
 def resolve_names(wanted: list[str], known: list[str], owner: str, kind: str) -> list[str]:
     """Map user-typed names to ``known`` ones: exact match first, then case-insensitive.
 
@@ -407,8 +361,24 @@ def resolve_names(wanted: list[str], known: list[str], owner: str, kind: str) ->
     return out
 
 
+#: The package folder of the packaged preset files (not ``presets``: that name is this module's, and a data folder
+#: of the same name would shadow it for :mod:`importlib.resources`).
+PRESET_FOLDER = "preset_files"
+#: Folder names a packaged preset file was loaded from: :data:`PRESET_FOLDER`, and ``presets``, its name in
+#: older versions (the ``preset_source`` of manifests written then).
+_PACKAGED_FOLDERS = (PRESET_FOLDER, "presets")
+
+
 def _presets_dir() -> Path:
-    return Path(str(resources.files("tpo_gym.evaluation") / "presets"))
+    return Path(str(resources.files("tpo_gym.evaluation") / PRESET_FOLDER))
+
+
+def is_packaged_source(name: str, source: str | Path) -> bool:
+    """Whether a preset named ``name`` loaded from ``source`` is the packaged preset of that name (a preset
+    file may carry a packaged preset's name): a packaged name, loaded from ``<folder>/<name>.json`` of the
+    package's preset folder (under its current name or the one older manifests record)."""
+    path = Path(source)
+    return name in available_presets() and path.name == f"{name}.json" and path.parent.name in _PACKAGED_FOLDERS
 
 
 def available_presets() -> dict[str, Path]:
@@ -441,10 +411,27 @@ def load_preset(name_or_path: str | Path) -> Preset:
         raise PresetError(f"preset file {path} cannot be read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise PresetError(str(exc)) from None
+    pruned = _prune_derived(data)
     validate_preset(data, source=str(path))
     data = expand_setups(data)
     validate_preset(data, source=str(path))
-    return Preset(data=data, source=str(path))
+    return Preset(data=data, source=str(path), pruned=pruned)
+
+
+def _prune_derived(data: Any) -> list[str]:
+    """Cut, in place, the paper numbers, claims, tables and methods lists of a preset file that name a setting,
+    method or metric id it does not have (a preset derived from an exported one by removing some): one line per
+    thing cut (:func:`prune_to_present`). A file whose shape is wrong is left as it is, for
+    :func:`validate_preset` to name the problem."""
+    trial = copy.deepcopy(data)
+    try:
+        _, said = prune_to_present(trial, metrics=True)
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return []
+    if said:
+        data.clear()
+        data.update(trial)
+    return said
 
 
 def _fail(source: str, msg: str) -> None:

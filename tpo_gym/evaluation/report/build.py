@@ -12,8 +12,10 @@ from typing import Any
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_json, atomic_write_text
+from tpo_gym.evaluation.derived import method_notes, reapply_budget
 from tpo_gym.evaluation.importer import ImportedPreset, imported_preset
-from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset
+from tpo_gym.evaluation.presets import Preset, PresetError, is_packaged_source, load_preset
+from tpo_gym.evaluation.report.budget import budget_table, budget_used, not_comparable
 from tpo_gym.evaluation.report.figures import _figures
 from tpo_gym.evaluation.report.runs import (
     NoStoredRuns,
@@ -35,13 +37,6 @@ from tpo_gym.evaluation.report.sections import (
 )
 from tpo_gym.evaluation.report.values import _metric_value, _paper
 from tpo_gym.evaluation.runner import switch_preset
-
-
-def _packaged(name: str, source: str) -> bool:
-    """Whether a preset named ``name`` loaded from ``source`` is the packaged preset of that name (a preset
-    file may carry a packaged preset's name)."""
-    path = Path(source)
-    return name in available_presets() and path.name == f"{name}.json" and path.parent.name == "presets"
 
 
 def select_report(out: str | Path, settings: list[str] | None = None, methods: list[str] | None = None,
@@ -71,7 +66,7 @@ def select_report(out: str | Path, settings: list[str] | None = None, methods: l
         manifest = _other_preset(manifest, preset, manifest_path)
     source = manifest.get("preset_source", str(manifest_path))
     current = Preset(data=manifest["preset"], source=source)
-    if _packaged(current.name, source):
+    if is_packaged_source(current.name, source):
         whole = load_preset(current.name)
     elif isinstance(manifest.get("whole_preset"), dict):
         whole = Preset(data=manifest["whole_preset"], source=source)
@@ -86,7 +81,7 @@ def select_report(out: str | Path, settings: list[str] | None = None, methods: l
         methods = [m["name"] for m in current.methods]
     if setups is None and whole.setups:
         setups = current.setups or None
-    chosen = whole.subset(settings, methods, setups)
+    chosen = reapply_budget(whole.subset(settings, methods, setups), current)
     if seeds is not None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise PresetError(f"seeds must be an integer >= 1, got {seeds!r}")
@@ -114,13 +109,15 @@ def _number(value: Any) -> Any:
     return value if isinstance(value, int | float) and math.isfinite(value) else ""
 
 
-def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict[tuple[str, str, str], C.Stat]
-                 ) -> str:
+def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict[tuple[str, str, str], C.Stat],
+                 used: dict[tuple[str, str], tuple[Any, Any]] | None = None) -> str:
     """``summary.csv``: a row per method x setting. Per metric (its column named with its unit, see
     :func:`~tpo_gym.evaluation.metrics.summary_column`): the value, its s.e., the paper's number, whether they
-    agree within 2 s.e.; a steps metric also has ``<column>_reached``. Numeric columns hold numbers or nothing:
-    a threshold never reached is empty with ``_reached`` False; the paper's entries that are not numbers
-    (``-``, ``>99``, ``<2.3``) are in ``<column>_paper_text``, its number column empty."""
+    agree within 2 s.e. (empty for a setting run at another budget than the paper's); a steps metric also has
+    ``<column>_reached``. Numeric columns hold numbers or nothing: a threshold never reached is empty with
+    ``_reached`` False, and so is its s.e.; the paper's entries that are not numbers (``-``, ``>99``, ``<2.3``) are
+    in ``<column>_paper_text``, its number column empty. Last, ``env_steps`` and ``reward_queries``: the median
+    over seeds of each run's final count (``used``, :func:`~tpo_gym.evaluation.report.budget.budget_used`)."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     header = ["preset", "method", "setting", "n_ok", "n_failed"]
@@ -128,7 +125,7 @@ def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict
         col = M.summary_column(metric)
         header += [col, *([f"{col}_reached"] if metric["type"] == M.STEPS_TO_THRESHOLD else []), f"{col}_se",
                    f"{col}_paper", f"{col}_paper_text", f"{col}_within_2se"]
-    writer.writerow(header)
+    writer.writerow([*header, "env_steps", "reward_queries"])
     for setting in preset.settings:
         for method in preset.setting_methods(setting):
             cell = cells[(method["name"], setting["name"])]
@@ -137,14 +134,17 @@ def _summary_csv(preset: Preset, cells: dict[tuple[str, str], Any], values: dict
                 stat = values[(metric["id"], method["name"], setting["name"])]
                 paper = _paper(preset, metric["id"], method["name"], setting["name"])
                 agree = M.paper_agrees(stat.value, stat.se, paper, metric.get("paper_dash", "never")) \
-                    if stat.has_data else None
+                    if stat.has_data and not not_comparable(preset, setting["name"]) else None
                 row.append(_number(stat.value))
                 if metric["type"] == M.STEPS_TO_THRESHOLD:
                     row.append(stat.value is not None if stat.has_data else "")
                 number = paper if isinstance(paper, int | float) and not isinstance(paper, bool) else None
-                row += [_number(stat.se), _number(number), "" if paper is None or number is not None else paper,
+                se = stat.se if stat.value is not None else None  # a threshold never reached has no s.e.
+                row += [_number(se), _number(number), "" if paper is None or number is not None else paper,
                         "" if agree is None else agree]
-            writer.writerow(row)
+            env, queries = (used or {}).get((method["name"], setting["name"]), (None, None))
+            writer.writerow([*row, *(_number(int(v) if v is not None and float(v).is_integer() else v)
+                                     for v in (env, queries))])
     return buf.getvalue()
 
 
@@ -220,7 +220,8 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
         for metric in preset.metrics:
             values[(metric["id"], method, setting)] = _metric_value(cell, metric)
 
-    summary = _summary_csv(preset, cells, values)
+    used = budget_used(preset, cells)
+    summary = _summary_csv(preset, cells, values, used)
     written["summary.csv"] = atomic_write_text(out / "summary.csv", summary)
 
     present = set().union(*(c.keys() for c in cells.values())) if cells else set()
@@ -234,9 +235,10 @@ def build_report(out: str | Path, manifest: dict[str, Any] | None = None,
     md += _results(preset, cells, values, n_seeds)
     md += _seed_steps_table(preset, cells)
     md += _claims(preset, full_methods, cells, values)
-    notes = preset.data.get("notes", [])
+    notes = [*preset.data.get("notes", []), *method_notes(preset, manifest.get("algorithms"))]
     if notes:
         md += ["## Notes\n", *[f"- {n}" for n in notes], ""]
+    md += budget_table(preset, used)
     md += _aggregate(preset, cells)
     md += _diagnostics(preset, cells, present)
     if figures:

@@ -10,8 +10,16 @@ from typing import Any
 from tpo_gym.agents.registry import AlgorithmReferenceError
 from tpo_gym.evaluation._io import parse_json, read_json
 from tpo_gym.evaluation._provenance import restore_algorithms
+from tpo_gym.evaluation.derived import reapply_budget
 from tpo_gym.evaluation.importer import imported_methods
-from tpo_gym.evaluation.presets import Preset, PresetError, available_presets, load_preset, validate_preset
+from tpo_gym.evaluation.presets import (
+    Preset,
+    PresetError,
+    available_presets,
+    is_packaged_source,
+    load_preset,
+    validate_preset,
+)
 from tpo_gym.evaluation.records import RecordError, validate_record
 from tpo_gym.evaluation.report.values import Cell
 from tpo_gym.evaluation.runner import stored_record
@@ -35,13 +43,13 @@ def _presentation(run_preset: Preset) -> tuple[Preset, list[str], str | None]:
     try:
         full = load_preset(run_preset.name)
         current = full.subset([s["name"] for s in run_preset.settings], [m["name"] for m in run_preset.methods])
+        current = reapply_budget(current, run_preset)  # runs at another budget (bench --episodes/--steps)
     except PresetError:
         current = None
     same = current is not None and (
         {r.run_id: r.config_hash for r in current.runs(1)} == {r.run_id: r.config_hash for r in run_preset.runs(1)})
     if not same:
-        source = Path(run_preset.source)
-        packaged = source.name == f"{run_preset.name}.json" and source.parent.name == "presets"
+        packaged = is_packaged_source(run_preset.name, run_preset.source)
         note = (f"The packaged preset `{run_preset.name}` has changed since these runs; this report shows the "
                 "preset as it was run.") if packaged else None
         return run_preset, [m["name"] for m in run_preset.methods], note
@@ -132,6 +140,7 @@ def _collect(preset: Preset, records: dict[str, dict[str, Any]], n_seeds: int) -
         if rec.get("status") == "ok":
             cell.seeds.append(spec.seed)
             cell.rows.append(rec["rows"])
+            cell.counts.append({k: rec.get(k) for k in ("env_interactions", "reward_queries")})
             wall = rec.get("wall_s")
             if isinstance(wall, int | float) and math.isfinite(wall):
                 cell.walls.append(float(wall))

@@ -12,6 +12,7 @@ from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._provenance import distribution_text, git_commit, package_versions
 from tpo_gym.evaluation.presets import Preset
+from tpo_gym.evaluation.report.budget import not_comparable
 from tpo_gym.evaluation.report.values import Cell, _diagnostic_keys, _fmt_stat, _metric_label, _metric_value, _paper
 
 _FLAG = "⚠"
@@ -122,7 +123,10 @@ def _results(preset: Preset, cells: dict[tuple[str, str], Cell], values: dict[tu
                     stat = values[(metric["id"], method, setting)]
                     txt = _fmt_stat(stat, metric)
                     paper = _paper(preset, metric["id"], method, setting)
-                    if paper is not None:
+                    gap = not_comparable(preset, setting)
+                    if paper is not None and gap:
+                        txt += f" ({paper}; {gap})"
+                    elif paper is not None:
                         txt += f" ({paper})"
                         if stat.has_data:
                             compared += 1
@@ -142,8 +146,15 @@ def _results(preset: Preset, cells: dict[tuple[str, str], Cell], values: dict[tu
     if compared:
         md.append(f"{flagged} of {compared} cells with a published number differ from it by more than 2 s.e. "
                   f"({_FLAG}).\n")
-    else:
-        md.append("Nothing was compared with the paper: no cell of this run has a published number.\n")
+    gaps = [f"{s['name']} ({not_comparable(preset, s['name'])})" for s in preset.settings
+            if not_comparable(preset, s["name"])]
+    if not compared:
+        md.append("Nothing was compared with the paper: " + ("no cell run at the paper's budget has a published "
+                                                             "number." if gaps else
+                                                             "no cell of this run has a published number.") + "\n")
+    if gaps:
+        md.append(f"Run at another budget than the paper's numbers (`tpo-gym bench --episodes/--steps`), so not "
+                  f"compared with them: {', '.join(gaps)}.\n")
     return md
 
 
@@ -189,7 +200,7 @@ def _claims(preset: Preset, full_methods: list[str], cells: dict[tuple[str, str]
             skipped += 1
             continue
         verdict = C.evaluate_claim(claim, preset.metrics, ran, lookup, _fmt_stat,
-                                   lambda mid, m, s: _paper(preset, mid, m, s))
+                                   lambda mid, m, s: None if not_comparable(preset, s) else _paper(preset, mid, m, s))
         md.append(f"- **{verdict.status}** — {text}")
         md.extend(f"  - {line}" for line in verdict.evidence)
         if isinstance(claim, dict) and "setup" in claim:

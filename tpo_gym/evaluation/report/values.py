@@ -41,6 +41,8 @@ class Cell:
     rows: list[list[dict[str, Any]]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
+    #: per seed in :attr:`rows`, the record's ``env_interactions`` and ``reward_queries`` (``tpo-gym import``)
+    counts: list[dict[str, Any]] = field(default_factory=list)
 
     def matrix(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, [n_seeds, n_steps] values)`` of logged ``key``, ``NaN`` where a seed lacks it."""
