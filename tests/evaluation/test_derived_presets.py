@@ -195,6 +195,8 @@ def test_methods_adds_an_algorithm_the_preset_does_not_have(capsys: pytest.Captu
     captured = capsys.readouterr()
     assert "TPO_token, REINFORCE" in captured.out
     assert "--methods adds REINFORCE (not in preset 'table1')" in captured.err
+    assert cli.main([*args, "--methods", "TPO_token,stable_baselines3:PPO"]) == 0  # module:Class -> module.Class
+    assert "TPO_token, stable_baselines3.PPO" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main([*args, "--methods", "TPO_token,NoSuchMethod"])
     assert "has no method 'NoSuchMethod'" in capsys.readouterr().err

@@ -430,14 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         preset = load_preset(args.preset)
         say_pruned("bench", preset)
-        from tpo_gym.evaluation.derived import add_methods, override_budget
+        from tpo_gym.evaluation.derived import add_methods, method_name, override_budget
 
-        preset, added = add_methods(preset, _names(args.methods))
+        methods = _names(args.methods)
+        preset, added = add_methods(preset, methods)
         if added:
             print(f"note: --methods adds {', '.join(added)} (not in preset {preset.name!r}) with default arguments",
                   file=sys.stderr)
+            methods = [method_name(m) if m in added else m for m in methods or []]
         if args.settings is not None or args.methods is not None or args.setups is not None:
-            preset = preset.subset(_names(args.settings), _names(args.methods), _names(args.setups))
+            preset = preset.subset(_names(args.settings), methods, _names(args.setups))
 
         preset = override_budget(preset, args.episodes, args.steps)
         if args.backend == "ray" and not args.list:

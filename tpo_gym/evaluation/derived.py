@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tpo_gym.evaluation.presets import Preset
 
-__all__ = ["add_methods", "budget_key", "export_preset", "method_notes", "override_budget", "paper_budget", "prune_to_present",
+__all__ = ["add_methods", "budget_key", "method_name", "export_preset", "method_notes", "override_budget", "paper_budget", "prune_to_present",
            "reapply_budget", "setting_budget"]
 
 
@@ -177,10 +177,16 @@ def setting_budget(setting: dict[str, Any]) -> Any:
     return setting.get("params", {}).get(budget_key(setting["kind"]))
 
 
+def method_name(reference: str) -> str:
+    """The method name :func:`add_methods` gives an algorithm reference: ``module:Class`` -> ``module.Class``."""
+    return reference.replace(":", ".")
+
+
 def add_methods(preset: Preset, names: list[str] | None) -> tuple[Preset, list[str]]:
     """``preset`` with a method row ``{"name": n, "algo": n}`` added for each of ``names`` that is no method of it
     (exactly or in any case) but resolves as an algorithm (:func:`~tpo_gym.agents.registry.resolve_algorithm`),
-    run in every setting (settings that list their methods get it too); and the names added. Names that are
+    run in every setting (settings that list their methods get it too); and the names added. A ``module:Class``
+    reference is added under the method name ``module.Class`` (a method name has no ``:``). Names that are
     neither are left for :meth:`~tpo_gym.evaluation.presets.Preset.subset` to refuse (with close matches).
 
     :raises PresetError: an added method that cannot run in a setting's kind (one line, from validation).
@@ -203,10 +209,10 @@ def add_methods(preset: Preset, names: list[str] | None) -> tuple[Preset, list[s
     if not added:
         return preset, []
     data = copy.deepcopy(preset.data)
-    data["methods"] += [{"name": name, "algo": name} for name in added]
+    data["methods"] += [{"name": method_name(name), "algo": name} for name in added]
     for setting in data["settings"]:
         if setting.get("methods") is not None:
-            setting["methods"] = [*setting["methods"], *added]
+            setting["methods"] = [*setting["methods"], *map(method_name, added)]
     validate_preset(data, source=f"{preset.source} (--methods adds {', '.join(added)})")
     return Preset(data=data, source=preset.source, whole=preset.whole_data, pruned=preset.pruned), added
 
