@@ -54,6 +54,7 @@ from tpo_gym.agents.prompts import PromptFormat, build_prompt, completion_for_en
 from tpo_gym.agents.serialization import AgentFileError as AgentFileError
 from tpo_gym.agents.text_rollouts import TextBatch, is_text_env
 from tpo_gym.agents.text_rollouts import TextVecEnv as TextVecEnv
+from tpo_gym.objectives import at_least_float32
 
 __all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_model", "is_text_env", "resolve_dtype",
            "AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs", "check_agent_model_kwargs",
@@ -183,7 +184,7 @@ def sequence_logprobs(
     out = []
     for start in range(0, logits.shape[0], LOGPROB_CHUNK_ROWS):
         chunk = logits[start:start + LOGPROB_CHUNK_ROWS]
-        z = chunk.to(torch.promote_types(chunk.dtype, torch.float32)) / temperature  # fp32 or wider
+        z = at_least_float32(chunk) / temperature
         ids = completion_ids[start:start + LOGPROB_CHUNK_ROWS].unsqueeze(-1)
         out.append(z.gather(-1, ids).squeeze(-1) - torch.logsumexp(z, dim=-1))
     token_logp = torch.cat(out, dim=0)
@@ -435,7 +436,7 @@ class CausalLMPolicy(BasePolicy):
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of ``softmax(logits)`` over the last axis."""
-    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    logp = torch.log_softmax(at_least_float32(logits), dim=-1)
     return -(logp.exp() * logp).sum(dim=-1).mean()
 
 

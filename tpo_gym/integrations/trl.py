@@ -120,7 +120,7 @@ from tpo_gym.agents.tpo import (
     collapsed_target_fraction,
     winner_loser_means,
 )
-from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
+from tpo_gym.objectives import at_least_float32, kl_penalty, standardize_scores, tpo_loss, tpo_target
 
 __all__ = [
     "TargetPOConfig",
@@ -405,7 +405,7 @@ class TargetPOTrainer(GRPOTrainer):
     def _sequence_logp(self, per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Each completion's sequence log-prob (sum, or mean with ``length_normalize``), float32 or wider."""
         valid = mask.bool()
-        per_token_logps = _wide(per_token_logps)
+        per_token_logps = at_least_float32(per_token_logps)
         seq = torch.where(valid, per_token_logps, torch.zeros_like(per_token_logps)).sum(dim=-1)
         if self.args.length_normalize:
             seq = seq / valid.sum(dim=-1).clamp(min=1).to(seq.dtype)
@@ -596,7 +596,7 @@ class TargetPOTrainer(GRPOTrainer):
             cross_entropy = k * inputs["target_ce"].to(seq.dtype).mean()
             loss = surrogate + (cross_entropy - surrogate).detach()
         if self.beta != 0.0:
-            kl = k3_kl(_wide(token_logps), _wide(inputs["ref_per_token_logps"]), mask)
+            kl = k3_kl(at_least_float32(token_logps), at_least_float32(inputs["ref_per_token_logps"]), mask)
             loss = loss + self.beta * kl
             self._metrics[mode]["kl"].append(self.accelerator.gather(kl.detach()).mean().item())
         if mode == "train":
@@ -610,11 +610,6 @@ class TargetPOTrainer(GRPOTrainer):
             torch.stack([torch.where(tokens, entropies, 0.0).sum(), tokens.sum().float()]).detach(), reduction="sum")
         self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
-
-
-def _wide(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32 or wider (bf16 / fp16 log-probs are summed in float32; float64 stays)."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _entropy(p: torch.Tensor) -> torch.Tensor:
