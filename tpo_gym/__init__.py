@@ -14,8 +14,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tpo_gym import envs  # noqa: F401  (registers the tpo_gym/ environments)
-from tpo_gym.agents import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG, SeedBatch, train_seeds  # noqa: F401
-from tpo_gym.agents.registry import algorithm_registry
+from tpo_gym.agents import SeedBatch, train_seeds
+from tpo_gym.agents.common.registry import builtin_algorithms
 
-#: The agent classes (every registered algorithm: :func:`tpo_gym.agents.registry.algorithm_registry`).
-__all__ = ["__version__", *algorithm_registry(), "SeedBatch", "train_seeds"]
+# The agent classes (TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE, ...): every built-in registered algorithm, one
+# module each in tpo_gym/agents/algorithms (:func:`tpo_gym.agents.common.registry.builtin_algorithms`).
+globals().update(builtin_algorithms())
+
+__all__ = ["__version__", *builtin_algorithms(), "SeedBatch", "train_seeds"]

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from tpo_gym.agents import GroupAlgorithm
-from tpo_gym.agents.registry import GROUP_DIAGNOSTICS, TEXT_DIAGNOSTICS, UPDATE_DIAGNOSTICS, AlgorithmSpec
-from tpo_gym.agents.update import GroupAdvantageBatch
+from tpo_gym.agents.common.registry import GROUP_DIAGNOSTICS, TEXT_DIAGNOSTICS, UPDATE_DIAGNOSTICS, AlgorithmSpec
+from tpo_gym.agents.common.update import GroupAdvantageBatch
 from tpo_gym.objectives import group_pg_loss
 
 __all__ = ["RLOO", "leave_one_out_advantages"]

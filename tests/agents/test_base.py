@@ -1,4 +1,4 @@
-"""tpo_gym.agents.base (GroupAlgorithm): the SB3 surface (callbacks, logger, learn, predict, history,
+"""tpo_gym.agents.common.base (GroupAlgorithm): the SB3 surface (callbacks, logger, learn, predict, history,
 steps_per_iteration), env resolution, and the constructor arguments of every method."""
 
 from __future__ import annotations
@@ -22,48 +22,20 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
 from tests.agents.conftest import bandit_env, small_tpo, token_env
+from tests.agents.method_checks import EventsCallback
 from tpo_gym import CE, DG, GRPO, PPO, REINFORCE, TPO
-from tpo_gym.agents import GroupAlgorithm, MuonAdamW, TransformerPolicy
-from tpo_gym.agents.registry import algorithm_class, algorithm_registry
+from tpo_gym.agents import MuonAdamW, TransformerPolicy
 
-ALL = [algorithm_class(name) for name in algorithm_registry()]  # every registered agent class
-
-
-class _Count(BaseCallback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.events: list[str] = []
-
-    def _on_training_start(self) -> None:
-        self.events.append("start")
-
-    def _on_rollout_end(self) -> None:
-        self.events.append("rollout_end")
-
-    def _on_step(self) -> bool:
-        self.events.append("step")
-        return True
-
-    def _on_training_end(self) -> None:
-        self.events.append("end")
+_Count = EventsCallback
 
 
-@pytest.mark.parametrize("cls", ALL)
-def test_history_and_steps_per_iteration(cls: type) -> None:
-    model = cls("TransformerPolicy", token_env(length=3), batch_size=10, seed=0)
-    assert model.steps_per_iteration == model.n_rollouts * 3
-    model.learn(4 * model.steps_per_iteration)
-    assert [h["iteration"] for h in model.history] == [0, 1, 2, 3]
-    assert [h["num_timesteps"] for h in model.history] == [model.steps_per_iteration * (i + 1) for i in range(4)]
-    for h in model.history:
-        assert {"iteration", "num_timesteps", "error", "loss", "grad_norm"} <= set(h)
-        assert 0.0 <= h["error"] <= 1.0
-    if cls.sampling == "group":
-        assert {"zero_variance_fraction", "all_fail_fraction", "any_success_fraction"} <= set(model.history[0])
-    if cls is TPO:
-        assert {"mean_q_winners", "mean_q_losers"} <= set(model.history[0])
-    if cls is GRPO:
-        assert {"mean_abs_adv_winners", "mean_abs_adv_losers"} <= set(model.history[0])
+def test_tpo_and_grpo_log_their_winner_loser_diagnostics() -> None:
+    """(Every method's history and logged keys: tests/agents/method_checks.py.)"""
+    for cls, keys in ((TPO, {"mean_q_winners", "mean_q_losers"}), (GRPO, {"mean_abs_adv_winners",
+                                                                          "mean_abs_adv_losers"})):
+        model = cls("TransformerPolicy", token_env(length=3), batch_size=10, seed=0)
+        model.learn(model.steps_per_iteration)
+        assert keys <= set(model.history[0])
 
 
 def test_sequence_level_and_interaction_budget_sizes() -> None:
@@ -293,19 +265,6 @@ def test_no_monitor_wrapper() -> None:
 # ---------------------------------------------------------------------------------------------
 # constructor arguments: keyword-only, each documented, refused where a method fixes them
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cls", ALL)
-def test_signature_and_docs_cover_every_argument(cls: type) -> None:
-    params = inspect.signature(cls).parameters
-    doc = cls.__doc__ or ""
-    for name in params:
-        if name in ("policy", "env", "_init_setup_model") and cls is not GroupAlgorithm:
-            continue
-        assert f":param {name}:" in doc, f"{cls.__name__} does not document {name}"
-    assert "learning_rate" in params and "seed" in params
-    with pytest.raises(TypeError):
-        cls("MlpPolicy", bandit_env(), 1e-3)  # arguments after env are keyword-only
-
-
 def test_methods_reject_arguments_they_fix() -> None:
     with pytest.raises(ValueError, match="CE takes no group_size argument"):
         CE("MlpPolicy", bandit_env(), group_size=4)
@@ -349,7 +308,7 @@ def test_a_rollout_stopped_by_an_exception_is_drawn_again_with_its_seed(monkeypa
 
 
 def test_a_subclass_overriding_a_hook_of_the_old_agent_class_is_refused() -> None:
-    from tpo_gym.agents.grouping import Grouping
+    from tpo_gym.agents.common.grouping import Grouping
 
     with pytest.raises(TypeError, match="overrides _grouping, which GroupAlgorithm no longer calls: override "
                                         "choose_grouping instead"):

@@ -1,4 +1,4 @@
-"""tpo_gym.agents.grouping: what a group is (one Grouping from the method and its arguments), the G x K view."""
+"""tpo_gym.agents.common.grouping: what a group is (one Grouping from the method and its arguments), the G x K view."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tpo_gym.agents.grouping import GROUPING_KINDS, Grouping, group_scores, resolve_grouping, view
+from tpo_gym.agents.common.grouping import GROUPING_KINDS, Grouping, group_scores, resolve_grouping, view
 
 
 @pytest.mark.parametrize("sampling,level,native,text,single,want", [
@@ -50,7 +50,7 @@ def test_the_rollouts_view_sums_valid_steps_per_rollout_into_groups_of_k() -> No
 
 
 def test_rollout_scores_of_a_text_batch_are_its_group_scores() -> None:
-    from tpo_gym.agents.text_rollouts import TextBatch
+    from tpo_gym.agents.lm.text_rollouts import TextBatch
 
     scores = torch.tensor([[0.0, 1.0, 0.5], [0.2, 0.2, 0.9]])
     ids = torch.zeros(6, 1, dtype=torch.long)

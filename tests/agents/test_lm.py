@@ -16,10 +16,10 @@ import torch
 
 from tests.agents.lm_toys import SayLetterEnv, lm_kwargs, say_letter_env, tiny_llama, tiny_tokenizer
 from tpo_gym import GRPO, PPO, TPO
+from tpo_gym.agents.common.registry import algorithm_class, algorithm_registry
+from tpo_gym.agents.common.update import accumulate_text_gradients
 from tpo_gym.agents.lm import completion_mask, sequence_logprobs
-from tpo_gym.agents.registry import algorithm_class, algorithm_registry
-from tpo_gym.agents.text_rollouts import TextBatch, collect_text_rollouts
-from tpo_gym.agents.update import accumulate_text_gradients
+from tpo_gym.agents.lm.text_rollouts import TextBatch, collect_text_rollouts
 from tpo_gym.objectives import tpo_loss
 
 
@@ -178,7 +178,7 @@ def test_the_callers_tokenizer_is_left_as_it_was() -> None:
 
 
 def test_collapsed_target_fraction_counts_informative_groups_whose_best_gets_no_mass() -> None:
-    from tpo_gym.agents.tpo import collapsed_target_fraction
+    from tpo_gym.agents.algorithms.tpo import collapsed_target_fraction
 
     scores = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 0.0]])
     q = torch.tensor([[0.001, 0.999, 0.0], [0.6, 0.4, 0.0], [1.0, 0.0, 0.0], [0.006, 0.006, 0.988]])
@@ -192,7 +192,7 @@ def test_collapsed_target_fraction_counts_informative_groups_whose_best_gets_no_
 def test_a_collapsed_target_warns_once_and_is_logged(monkeypatch: pytest.MonkeyPatch) -> None:
     import warnings
 
-    import tpo_gym.agents.tpo as tpo_module
+    import tpo_gym.agents.algorithms.tpo as tpo_module
 
     monkeypatch.setattr(tpo_module, "COLLAPSE_Q", 1.01)  # every informative group counts as collapsed
     model = TPO("CausalLMPolicy", say_letter_env(), batch_size=4, group_size=8, seed=0, policy_kwargs=lm_kwargs())
@@ -297,8 +297,8 @@ def test_text_rollouts_are_a_function_of_the_policy_and_the_seed() -> None:
 
 
 MOVED_OUT_OF_LM = {
-    "tpo_gym.agents.text_rollouts": ["TextBatch", "TextVecEnv", "is_text_env"],
-    "tpo_gym.agents.lm_files": ["AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs",
+    "tpo_gym.agents.lm.text_rollouts": ["TextBatch", "TextVecEnv", "is_text_env"],
+    "tpo_gym.agents.lm.files": ["AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs",
                                 "check_agent_model_kwargs", "check_agent_lora_kwargs", "load_agent_model",
                                 "load_agent_tokenizer", "load_agent_adapter"],
 }
@@ -322,7 +322,7 @@ def test_the_policy_class_keeps_the_name_agent_files_store() -> None:
 
 def test_a_text_agent_takes_back_its_own_vec_env() -> None:
     """``set_env(model.get_env())``: the SB3 VecEnv of a text env (not registered: no spec) is rebuilt from its env."""
-    from tpo_gym.agents.text_rollouts import TextVecEnv
+    from tpo_gym.agents.lm.text_rollouts import TextVecEnv
 
     model = _agent()
     venv = model.get_env()

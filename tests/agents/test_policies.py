@@ -13,7 +13,7 @@ import torch
 
 from tests.agents.conftest import Boom, bandit_env, small_tpo, token_env
 from tpo_gym import TPO
-from tpo_gym.agents.persistence import AgentFileError
+from tpo_gym.agents.common.persistence import AgentFileError
 
 
 @pytest.mark.parametrize("policy,env", [
@@ -83,26 +83,27 @@ def test_policy_save_replaces_a_link_at_its_path_instead_of_writing_through_it(t
 @pytest.mark.parametrize("module,name", [
     ("tpo_gym.agents.optimizers", "MuonAdamW"), ("tpo_gym.agents.transformer", "TransformerPolicy")])
 def test_classes_moved_out_of_policies_still_resolve_by_their_old_name(module: str, name: str) -> None:
-    """Agent files name classes ``module:QualName``; files written before the split name ``tpo_gym.agents.policies``."""
+    """Agent files name classes ``module:QualName``; files written before the split name ``tpo_gym.agents.policies``,
+    and files written before the agents' subpackages name ``tpo_gym.agents.policies.optimizers`` / ``.transformer``."""
     import importlib
 
     from tpo_gym.agents import policies
-    from tpo_gym.agents.persistence import class_from_name, class_to_name, decode_value
+    from tpo_gym.agents.common.persistence import class_from_name, class_to_name, decode_value
 
     moved = getattr(importlib.import_module(module), name)
     assert getattr(policies, name) is moved
-    assert class_to_name(moved) == f"{module}:{name}"
-    old = f"tpo_gym.agents.policies:{name}"
-    assert class_from_name(old, "field", (torch.nn.Module, torch.optim.Optimizer)) is moved
-    assert decode_value({"cls": {"__class__": old}}, "kwargs") == {"cls": moved}
+    assert class_to_name(moved) == f"{module.replace('agents.', 'agents.policies.')}:{name}"
+    for old in (f"tpo_gym.agents.policies:{name}", f"{module}:{name}"):
+        assert class_from_name(old, "field", (torch.nn.Module, torch.optim.Optimizer)) is moved
+        assert decode_value({"cls": {"__class__": old}}, "kwargs") == {"cls": moved}
 
 
 def test_agent_file_naming_the_old_policies_module_loads(tmp_path: Path) -> None:
     import json
     import zipfile
 
-    from tpo_gym.agents.optimizers import MuonAdamW
-    from tpo_gym.agents.transformer import TransformerPolicy
+    from tpo_gym.agents.policies.optimizers import MuonAdamW
+    from tpo_gym.agents.policies.transformer import TransformerPolicy
 
     model = TPO(TransformerPolicy, token_env(), batch_size=4, seed=0, policy_kwargs={"optimizer_class": MuonAdamW})
     model.save(tmp_path / "new.zip")
@@ -113,20 +114,21 @@ def test_agent_file_naming_the_old_policies_module_loads(tmp_path: Path) -> None
     assert meta["policy"] == "TransformerPolicy"
     meta["policy"] = {"__class__": "tpo_gym.agents.policies:TransformerPolicy"}
     text = json.dumps(meta)
-    assert "tpo_gym.agents.optimizers:MuonAdamW" in text
-    text = text.replace("tpo_gym.agents.optimizers:MuonAdamW", "tpo_gym.agents.policies:MuonAdamW")
-    entries["tpo_gym.json"] = text.encode()
-    with zipfile.ZipFile(tmp_path / "old.zip", "w") as zf:
-        for n, data in entries.items():
-            zf.writestr(n, data)
-    loaded = TPO.load(tmp_path / "old.zip")
-    assert type(loaded.policy) is TransformerPolicy and type(loaded.policy.optimizer) is MuonAdamW
-    for k, v in model.policy.state_dict().items():
-        assert torch.equal(loaded.policy.state_dict()[k], v)
+    assert "tpo_gym.agents.policies.optimizers:MuonAdamW" in text
+    # before the split (tpo_gym.agents.policies), and before the agents' subpackages (tpo_gym.agents.optimizers)
+    for i, old_name in enumerate(("tpo_gym.agents.policies:MuonAdamW", "tpo_gym.agents.optimizers:MuonAdamW")):
+        entries["tpo_gym.json"] = text.replace("tpo_gym.agents.policies.optimizers:MuonAdamW", old_name).encode()
+        with zipfile.ZipFile(tmp_path / f"old{i}.zip", "w") as zf:
+            for n, data in entries.items():
+                zf.writestr(n, data)
+        loaded = TPO.load(tmp_path / f"old{i}.zip")
+        assert type(loaded.policy) is TransformerPolicy and type(loaded.policy.optimizer) is MuonAdamW
+        for k, v in model.policy.state_dict().items():
+            assert torch.equal(loaded.policy.state_dict()[k], v)
 
 
 def test_muon_adamw_exposes_its_inner_optimizers_read_only() -> None:
-    from tpo_gym.agents.optimizers import MuonAdamW
+    from tpo_gym.agents.policies.optimizers import MuonAdamW
 
     opt = MuonAdamW([torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))])
     assert [type(o) for o in opt.optimizers] == [torch.optim.Muon, torch.optim.AdamW]

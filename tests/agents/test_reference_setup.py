@@ -11,7 +11,7 @@ import torch
 
 import tpo_gym  # noqa: F401
 from tpo_gym import TPO
-from tpo_gym.agents.reference_setup import ReferenceMuon, newton_schulz
+from tpo_gym.agents.policies.reference_setup import ReferenceMuon, newton_schulz
 
 A, B, C = 3.4445, -4.7750, 2.0315
 BETA = 0.95

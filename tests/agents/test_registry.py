@@ -1,4 +1,4 @@
-"""tpo_gym.agents.registry: every agent class declares what it is once, and everything that names methods reads it.
+"""tpo_gym.agents.common.registry: every agent class declares what it is once, and everything naming methods reads it.
 
 The demo: a new group method defined here (a new objective and a small class), registered, runs through
 ``learn``, ``save`` / ``load``, ``train_seeds`` and ``tpo-gym bench`` without touching a file of the package.
@@ -18,7 +18,7 @@ import torch
 
 from tpo_gym import train_seeds
 from tpo_gym.agents import GroupAlgorithm
-from tpo_gym.agents.registry import (
+from tpo_gym.agents.common.registry import (
     GROUP_DIAGNOSTICS,
     UPDATE_DIAGNOSTICS,
     AlgorithmSpec,
@@ -26,10 +26,11 @@ from tpo_gym.agents.registry import (
     algorithm_class,
     algorithm_registry,
     algorithm_spec,
+    builtin_algorithms,
     register_algorithm,
     unregister_algorithm,
 )
-from tpo_gym.agents.update import Prepared
+from tpo_gym.agents.common.update import Prepared
 from tpo_gym.objectives import standardize_scores
 
 TOKEN = "tpo_gym/TokenReversal-v0"
@@ -130,10 +131,16 @@ def test_a_registered_method_runs_in_tpo_gym_bench_and_its_diagnostics_reach_the
     assert "`above_mean_fraction`: fraction of the candidates scored above" in report
 
 
-def test_the_registry_lists_the_built_in_agents_in_the_papers_order() -> None:
+def test_the_registry_lists_the_built_in_agents_in_the_order_of_their_modules() -> None:
+    """One module per method in tpo_gym/agents/algorithms, in the order of ``BUILTIN`` (the paper's first), each
+    holding the one class registered under its name; tpo_gym exports them all."""
     import tpo_gym
+    from tpo_gym.agents import algorithms
 
-    assert list(algorithm_registry()) == ["TPO", "GRPO", "GroupPG", "PPO", "REINFORCE", "DG", "CE"]
+    by_module = [c.__module__.rpartition(".")[2] for c in builtin_algorithms().values()]
+    assert by_module == list(algorithms.BUILTIN)
+    assert list(builtin_algorithms())[:7] == ["TPO", "GRPO", "GroupPG", "PPO", "REINFORCE", "DG", "CE"]
+    assert list(algorithm_registry())[:len(by_module)] == list(builtin_algorithms())
     for name, spec in algorithm_registry().items():
         cls = algorithm_class(name)
         assert cls is getattr(tpo_gym, name) and cls.spec is spec and cls.sampling == spec.sampling
@@ -142,12 +149,12 @@ def test_the_registry_lists_the_built_in_agents_in_the_papers_order() -> None:
 
 def test_each_agents_logged_keys_are_the_diagnostics_it_declares() -> None:
     """Every key of the golden histories (every family, every env kind) is declared by its class's spec."""
-    from tests.golden.histories import load_cases
+    from tests.golden.histories import case_method, load_cases
 
     golden = load_cases()
     seen: dict[str, set[str]] = {}
     for case, runs in golden.items():
-        name = "TPO" if case.startswith("SeedBatch") else "GRPO" if case == "save_load_resume" else case.split("_")[0]
+        name = case_method(case)
         for run in runs:
             for record in run["history"]:
                 seen.setdefault(name, set()).update(set(record) - {"iteration", "num_timesteps", "error"})
@@ -181,7 +188,7 @@ def test_the_report_and_the_harness_read_the_registry() -> None:
         (lambda: AlgorithmSpec(sampling="group", run_kinds=("atari",)), "run_kinds must be"),
         (lambda: AlgorithmSpec(sampling="single", run_kinds=("llm",)), "'llm' needs sampling='group'"),
         (lambda: AlgorithmSpec(sampling="group", run_kinds=("tabular_single",)), "tabular method name"),
-        (lambda: register_algorithm(type("NoSpec", (GroupAlgorithm,), {})), "must declare its own spec"),
+        (lambda: register_algorithm(type("NoSpec", (GroupAlgorithm,), {})), "must declare spec"),
         (lambda: register_algorithm(type("TPO", (GroupAlgorithm,), {"spec": SignPG.spec})), "already registered"),
         (lambda: register_algorithm(dict), "takes a GroupAlgorithm subclass"),
         (lambda: unregister_algorithm("TPO"), "registered from outside tpo_gym"),

@@ -1,4 +1,4 @@
-"""tpo_gym.agents.sampling on the policy's device (rollouts_on_device): the same batches and curves as the
+"""tpo_gym.agents.common.sampling on the policy's device (rollouts_on_device): the same batches and curves as the
 numpy envs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 import tpo_gym  # noqa: F401  (registers the envs)
 from tpo_gym import DG, GRPO, PPO, REINFORCE, TPO, GroupPG
-from tpo_gym.agents.sampling import RolloutSource, collect_rollouts, make_rollout_env
+from tpo_gym.agents.common.sampling import RolloutSource, collect_rollouts, make_rollout_env
 
 TINY = {"d_model": 16, "d_ff": 32, "n_layers": 1}
 

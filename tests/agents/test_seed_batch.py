@@ -1,4 +1,4 @@
-"""Seed-batched training (tpo_gym.agents.seed_batch): a seed trained in a batch is that seed trained alone."""
+"""Seed-batched training (tpo_gym.agents.common.seed_batch): a seed trained in a batch is that seed trained alone."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tpo_gym import DG, GRPO, PPO, REINFORCE, TPO, SeedBatch, train_seeds
-from tpo_gym.agents.seed_batch import StackedMuon, stacked_newton_schulz
+from tpo_gym.agents.common.seed_batch import StackedMuon, stacked_newton_schulz
 
 SMALL = {"policy_kwargs": {"d_model": 16, "d_ff": 32, "n_layers": 1}}
 TOKEN = "tpo_gym/TokenReversal-v0"
@@ -159,7 +159,7 @@ def test_a_save_in_the_middle_of_a_seed_batched_run_is_that_seeds_own(tmp_path: 
     SeedBatch(agents, forward="stacked", optimizer="stacked").learn(
         3 * steps, callback=[SaveAt(tmp_path / f"seed{s}.zip") for s in range(3)])
     alone = _alone(cls, policy, env, kwargs, 1, 1)
-    from tpo_gym.agents import persistence
+    from tpo_gym.agents.common import persistence
 
     _, weights = persistence.read_agent_file(tmp_path / "seed1.zip", device="cpu")
     for name, t in weights["policy"].items():  # each tensor stored alone, not the [S, ...] storage of its view

