@@ -13,7 +13,9 @@ Sphinx roles are links (``docs/screenshots.py`` takes screenshots of the pages f
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import pkgutil
@@ -22,7 +24,9 @@ import runpy
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,6 +163,12 @@ def _html_pages(site: Path) -> dict[str, str]:
     return {p.relative_to(site).as_posix(): p.read_text() for p in site.rglob("*.html")}
 
 
+def _prose(html: str) -> str:
+    """A page's text without its code listings (``<pre>``: source shown as written, such as the docstring of the
+    example module of docs/contributing-add-a-method.md, RST included)."""
+    return re.sub(r"<[^>]+>", "", re.sub(r"<pre\b.*?</pre>", "", html, flags=re.S))
+
+
 def _autoref_links(html: str) -> int:
     """Links that mkdocs-autorefs resolved (cross-references to documented objects) in the page's content."""
     return len(re.findall(r'<a class="autorefs autorefs-internal"', html))
@@ -171,10 +181,10 @@ def test_math_renders_offline(site: Path) -> None:
     objectives = pages["reference/objectives/index.html"]
     assert objectives.count('<div class="arithmatex">') >= 3, "the .. math:: blocks of tpo_gym.objectives"
     assert objectives.count('<span class="arithmatex">') >= 20, "the :math: roles of tpo_gym.objectives"
-    for page in ("method/index.html", "agents/tpo/index.html", "reference/agents/reference_setup/index.html"):
+    for page in ("method/index.html", "agents/tpo/index.html", "reference/agents/policies/reference_setup/index.html"):
         assert '<div class="arithmatex">' in pages[page], page
     for name, html in pages.items():
-        text = re.sub(r"<[^>]+>", "", html)
+        text = _prose(html)
         assert ".. math" not in text and ":math:`" not in text, f"{name}: raw RST math"
         scripts = re.findall(r'<script[^>]*\bsrc="([^"]+)"', html)
         assert not [s for s in scripts if re.match(r"(https?:)?//", s)], f"{name}: a script from another host"
@@ -212,10 +222,10 @@ def test_api_reference_cross_references_are_links(site: Path) -> None:
     pages = _html_pages(site)
     assert _autoref_links(pages["reference/objectives/index.html"]) >= 10
     assert _autoref_links(pages["reference/envs/index.html"]) >= 10
-    assert _autoref_links(pages["reference/agents/tpo/index.html"]) >= 3
+    assert _autoref_links(pages["reference/agents/algorithms/tpo/index.html"]) >= 3
     assert sum(_autoref_links(html) for name, html in pages.items() if name.startswith("reference/")) >= 300
     for name, html in pages.items():
-        text = re.sub(r"<[^>]+>", "", html)
+        text = _prose(html)
         assert not re.search(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc):`", text), f"{name}: a raw role"
 
 
@@ -244,3 +254,170 @@ def test_docstring_math_links_and_lists_become_markdown() -> None:
         "$$", "a = b", "$$", "", "$$", "c = d", "$$", "", "after", "",
         "* first item", "    its text", "", "    |  |  |", "    |---|---|", "    | ``x`` | 1 |", "",
         "    more of it", "", "* second item"]
+
+
+# --------------------------------------------------------------------------------------------
+# the pages that follow from the code (docs/hooks.py): the API reference of tpo_gym.agents, the methods' pages
+# --------------------------------------------------------------------------------------------
+AGENTS_DIR = ROOT / "tpo_gym" / "agents"
+
+
+def _docs_hooks() -> Any:
+    """docs/hooks.py as a module (mkdocs loads it from its path, as here)."""
+    if "tpo_gym_docs_hooks" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("tpo_gym_docs_hooks", DOCS / "hooks.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[spec.name] = module  # type: ignore[union-attr]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules["tpo_gym_docs_hooks"]
+
+
+def _agent_module_files(root: Path = AGENTS_DIR) -> dict[str, Path]:
+    """``{module name: file}`` of every public module and subpackage of tpo_gym.agents, walked on disk."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if "__pycache__" not in parts and not any(p.startswith("_") for p in parts):
+            out[".".join(parts)] = path
+    return out
+
+
+def _public_classes(path: Path) -> list[str]:
+    """The public classes a module's source defines at its top level."""
+    tree = ast.parse(path.read_text())
+    return [n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
+
+
+def _api_page(site: Path, module: str) -> Path:
+    """The built API page of a module of tpo_gym.agents (``tpo_gym.agents.common.base``:
+    ``reference/agents/common/base/index.html``)."""
+    return site.joinpath("reference", "agents", *module.split(".")[2:], "index.html")
+
+
+def _guide_slug(cls: type) -> str:
+    return cls.__module__.rsplit(".", 1)[-1].replace("_", "-")
+
+
+@pytest.fixture(autouse=True)
+def _registry_left_as_found() -> Iterator[None]:
+    """A guide example that registers a class (docs/contributing-add-a-method.md) leaves the registry, and
+    ``$TPO_GYM_ALGORITHMS``, as they were for the tests after it."""
+    from tpo_gym.agents.common.registry import algorithm_registry, unregister_algorithm
+
+    before = set(algorithm_registry())
+    yield
+    for name in [n for n in algorithm_registry() if n not in before]:
+        unregister_algorithm(name)
+
+
+def test_every_module_of_tpo_gym_agents_has_a_generated_api_page(site: Path) -> None:
+    """One API page per public module and subpackage of tpo_gym/agents (walked here on its own), none written
+    by hand, each rendering the public classes its module defines; the nav lists them all."""
+    modules = _agent_module_files()
+    assert {"tpo_gym.agents", "tpo_gym.agents.algorithms.tpo", "tpo_gym.agents.common.base",
+            "tpo_gym.agents.lm.policy", "tpo_gym.agents.files.serialization"} <= set(modules)
+    assert not list((DOCS / "reference" / "agents").rglob("*.md")), "the agents' API pages are generated"
+    nav = (site / "index.html").read_text()
+    for module, path in modules.items():
+        page = _api_page(site, module)
+        assert page.is_file(), f"{module}: no API page {page.relative_to(site)}"
+        html = page.read_text()
+        assert f"<code>{module}</code>" in html, f"{module}: the page is not its module's"
+        for name in _public_classes(path):
+            assert f'id="{module}.{name}"' in html, f"{module}.{name} is not on its module's API page"
+        url = page.parent.relative_to(site).as_posix()
+        assert f'href="{url}/"' in nav, f"{module}: not in the nav"
+
+
+def test_every_builtin_method_has_a_nav_entry_and_a_row_in_the_index(site: Path) -> None:
+    """The "Agents" section and the agents' table list every built-in method of the registry, in its order, each
+    linking its guide page and its API entry."""
+    from tpo_gym.agents.common.registry import builtin_algorithms
+
+    methods = builtin_algorithms()
+    assert list(methods)[:7] == ["TPO", "GRPO", "GroupPG", "PPO", "REINFORCE", "DG", "CE"]
+    html = (site / "agents/index.html").read_text()
+    nav = re.findall(r'<a href="([^"]+)" class="md-nav__link', html)
+    guides = [f"{_guide_slug(cls)}/" for cls in methods.values()]
+    assert [h for h in nav if h in guides] == guides, "the methods' pages in the registry's order"
+    assert nav.index(guides[-1]) < nav.index("your-own-algorithm/") < nav.index("../contributing-add-a-method/")
+    table = html[html.index("<table>"):html.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    assert len(rows) == len(methods), "one row per method"
+    for row, (name, cls) in zip(rows, methods.items(), strict=True):
+        assert f'<a href="{_guide_slug(cls)}/">{name}</a>' in row, name
+        api = f"../reference/agents/algorithms/{cls.__module__.rsplit('.', 1)[-1]}/#{cls.__module__}.{name}"
+        assert f'href="{api}"' in row, f"{name}: no link to its API entry"
+        summary = re.split(r"[`:(]", (cls.__doc__ or "").strip().splitlines()[0])[0].strip()
+        assert summary and summary in re.sub(r"<[^>]+>", "", row), f"{name}: not its docstring's first line"
+        assert (site / f"agents/{_guide_slug(cls)}/index.html").is_file(), name
+    reference = (site / "reference/index.html").read_text()
+    for name, cls in methods.items():
+        assert f'href="agents/algorithms/{cls.__module__.rsplit(".", 1)[-1]}/#{cls.__module__}.{name}"' in reference
+
+
+def test_a_method_without_a_guide_page_gets_a_generated_one() -> None:
+    """A method registered with no docs/agents/<name>.md (here a fake registry entry) gets a page generated from
+    its class docstring, a place in the "Agents" nav after the others and a row in the agents' table."""
+    import yaml
+
+    from tpo_gym.agents.common.registry import AlgorithmSpec, builtin_algorithms
+
+    hooks = _docs_hooks()
+    fake = type("FakeMethod", (), {
+        "__module__": "tpo_gym.agents.algorithms.fake_method",
+        "__doc__": "A fake method: :func:`~tpo_gym.objectives.tpo_loss` under another name.\n\n    :param x: y.",
+        "spec": AlgorithmSpec(sampling="group", run_kinds=("token",), levels=("token", "sequence")),
+    })
+    methods = hooks.registered_methods({**builtin_algorithms(), "FakeMethod": fake})
+    new = methods[-1]
+    assert (new.name, new.guide, new.written) == ("FakeMethod", "agents/fake-method.md", False)
+    assert all(m.written for m in methods[:-1]), "every built-in method has its written page"
+
+    pages = hooks.generated_pages(methods, hooks.agent_modules())
+    page = pages["agents/fake-method.md"]
+    assert page.startswith("# FakeMethod\n")
+    assert "::: tpo_gym.agents.algorithms.fake_method.FakeMethod\n" in page
+    assert "[`FakeMethod`][tpo_gym.agents.algorithms.fake_method.FakeMethod]" in page
+    assert not [m.guide for m in methods[:-1] if m.guide in pages], "a written page is never generated over"
+    assert pages["reference/agents/algorithms/tpo.md"] == "# `tpo_gym.agents.algorithms.tpo`\n\n" \
+                                                           "::: tpo_gym.agents.algorithms.tpo\n"
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    expanded = hooks.expand_nav(nav, methods, hooks.agent_modules())
+    assert hooks.expand_nav(expanded, methods, hooks.agent_modules()) == expanded, "idempotent"
+    agents = next(entry["Agents"] for entry in expanded if isinstance(entry, dict) and "Agents" in entry)
+    uris = [hooks._nav_uri(e) for e in agents]
+    assert uris[:len(methods) + 1] == ["agents/index.md", *(m.guide for m in methods)]
+    assert uris[len(methods) + 1:] == ["agents/your-own-algorithm.md", "contributing-add-a-method.md"]
+
+    table = hooks.methods_table(methods, "agents/index.md").splitlines()
+    assert table[-1] == ("| [FakeMethod](fake-method.md) | A fake method: `tpo_loss` under another "
+                         "name. | `token`, `sequence` | `token` | "
+                         "[`FakeMethod`][tpo_gym.agents.algorithms.fake_method.FakeMethod] |")
+    assert len(table) == 2 + len(methods)
+
+
+def test_the_api_walk_finds_a_new_module_and_skips_private_ones(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module added to tpo_gym/agents gets its page and nav entry with no docs edit; ``_`` modules get none."""
+    hooks = _docs_hooks()
+    agents = tmp_path / "tpo_gym" / "agents"
+    for sub, files in {"": ["__init__"], "algorithms": ["__init__", "tpo", "zeta", "alpha"],
+                       "common": ["__init__", "base", "_hidden"], "_private": ["__init__", "x"]}.items():
+        (agents / sub).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (agents / sub / f"{name}.py").write_text('"""A module."""\n')
+    monkeypatch.setattr(hooks, "ROOT", tmp_path)
+    modules = hooks.agent_modules(agents)
+    assert modules == ["tpo_gym.agents", "tpo_gym.agents.algorithms", "tpo_gym.agents.algorithms.tpo",
+                       "tpo_gym.agents.algorithms.alpha", "tpo_gym.agents.algorithms.zeta", "tpo_gym.agents.common",
+                       "tpo_gym.agents.common.base"]
+    assert hooks.api_nav(modules) == [
+        "reference/agents/index.md",
+        {"tpo_gym.agents.algorithms": ["reference/agents/algorithms/index.md",
+                                       {"tpo": "reference/agents/algorithms/tpo.md"},
+                                       {"alpha": "reference/agents/algorithms/alpha.md"},
+                                       {"zeta": "reference/agents/algorithms/zeta.md"}]},
+        {"tpo_gym.agents.common": ["reference/agents/common/index.md", {"base": "reference/agents/common/base.md"}]}]

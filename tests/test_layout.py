@@ -1,4 +1,5 @@
-"""The package's layout rules (docs/architecture.md): module sizes, one-way imports, private members kept home."""
+"""The package's layout rules (docs/architecture.md): module sizes, one-way imports, no import cycle, private members
+kept home."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tpo_gym"
-#: The largest module of ``tpo_gym/agents`` (one job per module; issue "one method, one file").
-MAX_AGENT_MODULE_LINES = 500
+#: The largest module of ``tpo_gym`` (one job per module; issue "one method, one file").
+MAX_MODULE_LINES = 500
 #: Which subpackages a layer may import (``tpo_gym._io`` / ``_validation`` are shared by all).
 LAYERS = {
     "objectives": set(),
@@ -43,10 +44,11 @@ def _imported_layers(tree: ast.AST) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("path", _modules(PACKAGE / "agents"), ids=lambda p: p.name)
-def test_agent_modules_stay_small(path: Path) -> None:
+@pytest.mark.parametrize("path", _modules(PACKAGE), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path: Path) -> None:
     n = len(path.read_text().splitlines())
-    assert n <= MAX_AGENT_MODULE_LINES, f"{path.name} has {n} lines (at most {MAX_AGENT_MODULE_LINES}): split it by job"
+    where = path.relative_to(PACKAGE)
+    assert n <= MAX_MODULE_LINES, f"{where} has {n} lines (at most {MAX_MODULE_LINES}): split it by job"
 
 
 @pytest.mark.parametrize("path", [p for p in _modules(PACKAGE) if _layer(p) in LAYERS],
@@ -122,3 +124,120 @@ def test_package_docstring_names_every_subpackage() -> None:
         assert f":mod:`tpo_gym.{name}`" in doc, name
     words = {3: "Three", 4: "Four", 5: "Five", 6: "Six"}
     assert f"{words[len(parts)]} parts" in doc
+
+
+# --------------------------------------------------------------------------------------------
+# the import graph: no cycle anywhere, and the agents' subpackages in one order
+# --------------------------------------------------------------------------------------------
+#: The subpackages of ``tpo_gym.agents``, bottom first: a module imports its own subpackage or those below it.
+AGENT_LAYERS = ("files", "policies", "lm", "common", "algorithms")
+
+
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` an ast imports, at module level or inside functions (``if TYPE_CHECKING:``
+    blocks left out: they never run). ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``."""
+    skipped = {id(n) for node in ast.walk(tree)
+               if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for stmt in node.body for n in ast.walk(stmt)}
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in modules else owner(node.module))
+        elif isinstance(node, ast.Import):
+            out.update(owner(a.name) for a in node.names)
+    out.discard(None)
+    return out  # type: ignore[return-value]
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """``{module: the modules of the package it imports}`` over every module under ``root``."""
+    paths = {_module_name(p, root): p for p in _modules(root)}
+    names = set(paths)
+    return {m: _runtime_imports(ast.parse(p.read_text()), names) - {m} for m, p in paths.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    described = ["\n".join(f"  {m} -> {sorted(graph[m] & set(c))}" for m in c) for c in cycles]
+    assert not cycles, "import cycles (break each by moving what both sides need below them):\n" + "\n".join(described)
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
+    (pkg / "d.py").write_text("import pkg.c\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == set() and graph["pkg.d"] == {"pkg.c"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_agents_subpackages_import_downward_only() -> None:
+    graph = import_graph()
+    prefix = "tpo_gym.agents."
+    wrong = []
+    for module, imports in graph.items():
+        if not module.startswith(prefix):
+            continue
+        layer = module[len(prefix):].split(".")[0]
+        assert layer in AGENT_LAYERS, f"{module}: a module of tpo_gym.agents belongs to one of {AGENT_LAYERS}"
+        for target in imports:
+            if target.startswith(prefix):
+                other = target[len(prefix):].split(".")[0]
+                if AGENT_LAYERS.index(other) > AGENT_LAYERS.index(layer):
+                    wrong.append(f"{module} ({layer}) imports {target} ({other})")
+    assert not wrong, f"imports flow {' -> '.join(reversed(AGENT_LAYERS))} within tpo_gym.agents:\n" + "\n".join(wrong)

@@ -59,7 +59,7 @@ def test_compressed_records_are_read_as_plain_ones_and_a_rerun_runs_nothing(tmp_
 
 
 def test_a_damaged_or_oversized_compressed_record_is_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tpo_gym.evaluation.runner as runner
+    import tpo_gym.evaluation._run_records as run_records  # the module whose read_record reads the cap
 
     preset = load_preset(str(write_preset(tmp_path, FAST, "chunks.json"))).subset(["single"], ["TPO"], None)
     out = tmp_path / "out"
@@ -68,7 +68,7 @@ def test_a_damaged_or_oversized_compressed_record_is_run_again(tmp_path: Path, m
     path = record_path(out, first)
     path.write_bytes(path.read_bytes()[:40])  # truncated
     assert load_record(out, first) is None and load_record(out, second) is not None
-    monkeypatch.setattr(runner, "MAX_RECORD_BYTES", 100)  # a record that would decompress past the cap
+    monkeypatch.setattr(run_records, "MAX_RECORD_BYTES", 100)  # a record that would decompress past the cap
     assert load_record(out, second) is None
     monkeypatch.undo()
     summary = bench(preset, out, seeds=2, progress=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def test_out_that_is_not_writable(capsys: pytest.CaptureFixture[str], tmp_path: 
         def refuse(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)  # the probe file the --out check writes
     try:
         code, _, err = _run(capsys, ["bench", "--preset", str(small_preset), "--out", str(locked / "out"),
                                      "--no-progress"])

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tpo_gym.evaluation.presets import Preset
 
-__all__ = ["add_methods", "budget_key", "method_name", "export_preset", "method_notes", "override_budget", "paper_budget", "prune_to_present",
-           "reapply_budget", "setting_budget"]
+__all__ = ["add_methods", "budget_key", "method_name", "export_preset", "method_notes", "override_budget",
+           "paper_budget", "prune_to_present", "reapply_budget", "setting_budget"]
 
 
 def _claim_cut(claim: Any, settings: set[str], methods: set[str], metrics: set[str] | None = None

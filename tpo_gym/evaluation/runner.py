@@ -6,9 +6,9 @@ Layout of an output directory ``OUT``:
   rows, or ``"failed"`` with the traceback; ``algorithm``: where its agent class came from, ``{"name",
   "path": "module:qualname", "distribution", "version"}``, absent in records of older versions), written
   atomically by the parent process as soon as the run returns; ``OUT/runs/<run_id>.json.gz`` instead
-  with ``compress=True`` (gzip, no time stamp: about 8x smaller, for records committed to a repository). Either form is read; a run has one. A
-  rerun skips every run whose record is ``"ok"`` and whose configuration hash matches; failed and
-  missing runs are (re)executed.
+  with ``compress=True`` (gzip, no time stamp: about 8x smaller, for records committed to a repository).
+  Either form is read; a run has one. A rerun skips every run whose record is ``"ok"`` and whose
+  configuration hash matches; failed and missing runs are (re)executed.
 * ``OUT/manifest.json`` -- the preset as run (and the whole preset it was selected from), the seed
   count, the command, the wall time of each invocation and ``algorithms`` (each ``algo``'s provenance, as
   in the records: a report in a new shell imports a class named in ``$TPO_GYM_ALGORITHMS`` from there);
@@ -27,35 +27,29 @@ that :func:`~tpo_gym.evaluation.records.validate_record` does not pass; a bench 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import multiprocessing as mp
 import os
-import signal
-import stat
 import sys
-import threading
 import time
-import traceback
-from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures import TimeoutError as FuturesTimeout
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from tpo_gym._validation import check_device, check_float, check_int
-from tpo_gym.evaluation._io import (
-    atomic_write_bytes,
-    atomic_write_json,
-    gzip_json_bytes,
-    make_dirs,
-    read_json,
-    read_json_gz,
-)
+from tpo_gym.evaluation._io import atomic_write_json, make_dirs, read_json
 from tpo_gym.evaluation._provenance import algorithm_provenance, git_commit, package_versions
-from tpo_gym.evaluation.experiments import execute_runs, seed_batch_key
+from tpo_gym.evaluation._run_pool import (
+    RAY_HINT,
+    WATCHDOG_INTERVAL_S,
+    BackendError,
+    _Deadline,
+    _run_local,
+    _run_ray,
+    require_ray,
+)
+from tpo_gym.evaluation._run_records import MAX_RECORD_BYTES, read_record, read_stored, record_path, write_record
+from tpo_gym.evaluation.experiments import seed_batch_key
 from tpo_gym.evaluation.presets import Preset, RunSpec
 from tpo_gym.evaluation.records import RECORD_SCHEMA_VERSION, RecordError, validate_record
 
@@ -64,23 +58,19 @@ try:  # POSIX; elsewhere two benches on one directory are not kept apart
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["BACKENDS", "BenchLocked", "BenchSummary", "BackendError", "PresetMismatch", "bench", "record_path",
-           "load_record", "stored_record", "read_record", "stored_runs", "require_ray", "switch_preset",
-           "check_stop_after", "read_stored", "write_record", "bench_lock", "MAX_RECORD_BYTES",
-           "MAX_STOP_AFTER_MINUTES", "MAX_WORKERS", "LOCK_NAME"]
+# in the order of the API reference page (docs/reference/evaluation/runner.md)
+__all__ = ["BACKENDS", "RAY_HINT", "MAX_RECORD_BYTES", "MAX_STOP_AFTER_MINUTES", "MAX_WORKERS", "LOCK_NAME",
+           "WATCHDOG_INTERVAL_S", "BenchLocked", "BackendError", "PresetMismatch", "BenchSummary", "record_path",
+           "read_record", "read_stored", "stored_record", "load_record", "stored_runs", "write_record", "switch_preset",
+           "require_ray", "seed_batches", "bench", "check_stop_after", "bench_lock"]
 
 BACKENDS = ("local", "ray")
-RAY_HINT = "pip install 'tpo-gym[ray]'"
-#: A compressed run record holding more than this once decompressed is refused (a Table 1 run is ~0.4 MB).
-MAX_RECORD_BYTES = 256 * 2**20
 #: The longest ``stop_after`` deadline, in minutes (about 1.9 years; longer is as good as none).
 MAX_STOP_AFTER_MINUTES = 1_000_000
 #: The most parallel runs of one bench (worker processes, or the CPUs of a Ray started here).
 MAX_WORKERS = 1024
 #: The lock file a bench holds in its output directory.
 LOCK_NAME = ".tpo-gym-bench.lock"
-#: Seconds between a worker's checks that the bench that started it is still its parent.
-WATCHDOG_INTERVAL_S = 0.2
 
 
 class BenchLocked(RuntimeError):
@@ -90,10 +80,6 @@ class BenchLocked(RuntimeError):
         super().__init__(f"another tpo-gym bench (pid {pid if pid is not None else 'unknown'}) is writing {out}; "
                          "wait for it to finish (the same command then resumes), or use another --out")
         self.pid = pid
-
-
-class BackendError(RuntimeError):
-    """The requested execution backend cannot be used (e.g. Ray is not installed)."""
 
 
 class PresetMismatch(ValueError):
@@ -124,51 +110,6 @@ class BenchSummary:
     stopped: bool = False
     left: int = 0
     refused: list[str] = field(default_factory=list)
-
-
-def _record_paths(out: Path, spec: RunSpec) -> tuple[Path, Path]:
-    """``(plain, compressed)``: the two places the record of ``spec`` may be stored under ``out``."""
-    base = Path(out) / "runs" / spec.run_id
-    return base.with_name(base.name + ".json"), base.with_name(base.name + ".json.gz")
-
-
-def record_path(out: Path, spec: RunSpec, compress: bool | None = None) -> Path:
-    """Where the record of ``spec`` lives under ``out``.
-
-    :param compress: ``None``: the stored record's path (``runs/<run_id>.json.gz`` if that exists, else
-        ``runs/<run_id>.json``); ``True`` / ``False``: the path a new record of that form gets.
-    """
-    plain, packed = _record_paths(out, spec)
-    if compress is None:
-        regular = [p for p in (packed, plain) if p.is_file()]
-        return regular[0] if regular else packed if os.path.lexists(packed) else plain
-    return packed if compress else plain
-
-
-def read_record(path: Path) -> Any:
-    """The JSON content of the run record at ``path`` (``.json``, or ``.json.gz`` read with a size cap)."""
-    return read_json_gz(path, MAX_RECORD_BYTES) if path.name.endswith(".gz") else read_json(path)
-
-
-def read_stored(path: Path) -> Any:
-    """The JSON content of the stored record at ``path``, which exists.
-
-    :raises RecordError: it is not a regular file (a directory or fifo is never opened), or cannot be read
-        or parsed.
-    """
-    try:
-        regular = stat.S_ISREG(path.stat().st_mode)
-    except OSError:  # a dangling link, say
-        regular = False
-    if not regular:
-        raise RecordError(f"{path}: not a regular file (a directory, link to nothing, fifo or device); "
-                          "move it away")
-    try:
-        return read_record(path)
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise RecordError(str(exc)) from None
 
 
 def stored_record(out: Path, spec: RunSpec, metric_keys: Collection[str] = ()) -> dict[str, Any] | None:
@@ -215,18 +156,6 @@ def stored_runs(out: Path, runs: list[RunSpec], metric_keys: Collection[str] = (
         if rec is not None and rec["status"] == "ok":
             done.append(spec)
     return done
-
-
-def write_record(out: Path, spec: RunSpec, rec: dict[str, Any], compress: bool) -> None:
-    """Store ``rec`` as the one record of ``spec``: in the form asked for, the other form removed."""
-    target = record_path(out, spec, compress)
-    if compress:
-        atomic_write_bytes(target, gzip_json_bytes(rec))
-    else:
-        atomic_write_json(target, rec)
-    other = record_path(out, spec, not compress)
-    if other.is_file() or other.is_symlink():
-        other.unlink()
 
 
 def _previous_manifest(path: Path) -> dict[str, Any]:
@@ -286,198 +215,6 @@ def _check_replace(out: Path, manifest: dict[str, Any], preset: Preset, runs: li
         if owner not in (None, preset.name) and isinstance(rec, dict) and rec.get("config_hash") != spec.config_hash:
             raise PresetMismatch(f"run {spec.run_id} of preset {preset.name!r} would overwrite the stored run of "
                                  f"preset {owner!r} with that id in {out}", owner, preset.name)
-
-
-def require_ray() -> Any:
-    """Import Ray or raise :class:`BackendError` saying how to install it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise BackendError(f"--backend ray needs Ray, which is not installed: {RAY_HINT}") from exc
-    return ray
-
-
-def _failed(spec: dict[str, Any], message: str) -> dict[str, Any]:
-    return {"spec": spec, "status": "failed", "rows": [], "traceback": message, "wall_s": float("nan")}
-
-
-def _init_worker(parent_pid: int | None = None) -> None:
-    """Set up a worker process: one thread, and (``parent_pid``) ended when that bench process is gone."""
-    if parent_pid is not None:
-        _watch_parent(parent_pid)
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _watch_parent(parent_pid: int, interval: float = WATCHDOG_INTERVAL_S) -> None:
-    """End this process as soon as ``parent_pid`` is no longer its parent: the bench that started it died,
-    even by ``kill -9``, which gives it no chance to stop its workers (an orphan would finish its run,
-    minutes maybe, for nobody). A daemon thread polls ``os.getppid()`` (POSIX and Windows alike)."""
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(interval)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="tpo-gym-parent-watchdog", daemon=True).start()
-
-
-def _call(target: str, task: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``task`` run by the function named ``target`` (``"module:qualname"``), imported here in the worker: an
-    import error is then the task's own error, recorded with its traceback, not a worker process that dies
-    while unpickling the task (its traceback only on stderr)."""
-    module, _, qualname = target.partition(":")
-    func: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        func = getattr(func, part)
-    return func(task)
-
-
-def _death(processes: list[Any]) -> str:
-    """How the worker processes of a broken pool ended: a signal (SIGKILL: perhaps the out-of-memory killer)
-    or an exit code (an error in the worker process itself, its traceback on stderr)."""
-    codes = [p.exitcode for p in processes if p.exitcode]
-    if not codes:
-        return "it ended without a result"
-    code = codes[0]
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
-        return f"killed by {name}" + (", perhaps for lack of memory" if -code == signal.SIGKILL else "")
-    return f"it exited with code {code}: an error in the worker process itself, its traceback on stderr"
-
-
-class _Deadline(Exception):
-    """The ``stop_after`` deadline passed: the runs in flight were stopped (they leave no record)."""
-
-
-def _remaining(deadline: float | None) -> float | None:
-    """Seconds until ``deadline`` (a ``time.monotonic()`` value; ``None``: no deadline).
-
-    :raises _Deadline: it has passed.
-    """
-    if deadline is None:
-        return None
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise _Deadline
-    return left
-
-
-def _run_local(tasks: list[list[dict[str, Any]]], workers: int,
-               run: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = execute_runs,
-               deadline: float | None = None) -> Iterator[dict[str, Any]]:
-    """Records of ``tasks`` (each a list of specs, run by ``run`` in a worker process), as they finish.
-
-    With a ``deadline`` (a ``time.monotonic()`` value) the stream ends there: tasks not started are
-    cancelled and those in flight are stopped, so they yield no record (:class:`_Deadline` is raised
-    to the caller after the workers are gone).
-
-    Crash-isolated: a task that raises only fails itself (``run`` catches what a run raises), and a
-    worker process that dies (killed by the kernel when out of memory, say) costs only the task it ran.
-    A dead worker breaks the whole pool and every unfinished task with it, so the pool is started again:
-    the tasks that may have been running (the first ``workers + 1`` unfinished ones, as tasks start in
-    order) go first through a pool of one worker, where the task that kills it again is the one it ran,
-    and is recorded as failed; the others go back to a full pool.
-    """
-    ctx = mp.get_context("spawn")
-    pending = list(tasks)
-    suspects = 0  # > 0: the first `suspects` pending tasks run one at a time, to find the one that kills
-    while pending:
-        batch = pending[:suspects] if suspects else pending
-        unfinished: list[int] = []
-        broken = False
-        pool = ProcessPoolExecutor(max_workers=1 if suspects else workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(os.getpid(),))
-        processes = getattr(pool, "_processes", None)  # CPython's pool keeps them there (gone after shutdown)
-        target = f"{run.__module__}:{run.__qualname__}"
-        try:
-            futures = {pool.submit(_call, target, t): i for i, t in enumerate(batch)}
-            for fut in _as_completed_by(futures, deadline):
-                i = futures[fut]
-                try:
-                    records = fut.result()
-                except BrokenProcessPool:
-                    broken = True
-                    unfinished.append(i)
-                    continue
-                except Exception:  # noqa: BLE001 - the task could not even be sent or returned
-                    message = "worker process failed:\n" + traceback.format_exc()
-                    records = [_failed(s, message) for s in batch[i]]
-                yield from records
-        except BaseException:  # interrupted (Ctrl-C, SIGTERM in the CLI, the caller stopped reading)
-            _stop_workers(pool)
-            raise
-        pool.shutdown(wait=True)
-        unfinished.sort()
-        if broken and suspects:  # one worker: the first unfinished task is the one whose process died
-            dead = batch[unfinished.pop(0)]
-            how = _death(list((processes or {}).values()))
-            message = f"worker process died while running this run ({how}; the other runs were kept and rerun)"
-            yield from (_failed(s, message) for s in dead)
-        rest = pending[len(batch):]
-        pending = [batch[i] for i in unfinished] + rest
-        suspects = 0 if suspects else (min(workers + 1, len(unfinished)) if broken else 0)
-
-
-def _as_completed_by(futures: dict[Any, int], deadline: float | None) -> Iterator[Any]:
-    """``as_completed(futures)``, ending with :class:`_Deadline` when ``deadline`` passes first."""
-    try:
-        yield from as_completed(futures, timeout=_remaining(deadline))
-    except FuturesTimeout:
-        raise _Deadline from None
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool at once: cancel what has not started and end the worker processes (left alone, a
-    worker would finish its run, minutes maybe, after its parent is gone)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # CPython's pool keeps them there
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=10)
-
-
-def _run_ray(tasks: list[list[dict[str, Any]]], workers: int,
-             deadline: float | None = None) -> Iterator[dict[str, Any]]:
-    ray = require_ray()
-    started_here = False
-    if not ray.is_initialized():
-        from tpo_gym.agents.registry import ENV_VAR
-
-        address = os.environ.get("RAY_ADDRESS")
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if os.environ.get(ENV_VAR):  # classes of the user's own, for workers on other machines too
-            kwargs["runtime_env"] = {"env_vars": {ENV_VAR: os.environ[ENV_VAR]}}
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            ray.init(num_cpus=workers, **kwargs)
-        started_here = True
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(execute_runs)
-        refs = {remote.remote(t): t for t in tasks}
-        pending = list(refs)
-        while pending:
-            try:
-                done, pending = ray.wait(pending, num_returns=1, timeout=_remaining(deadline))
-            except _Deadline:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-                raise
-            if not done:  # the wait timed out at the deadline
-                continue
-            for ref in done:
-                try:
-                    yield from ray.get(ref)
-                except Exception:  # noqa: BLE001 - a Ray worker died or the task errored
-                    message = "ray task failed:\n" + traceback.format_exc()
-                    yield from (_failed(s, message) for s in refs[ref])
-    finally:
-        if started_here:
-            ray.shutdown()
 
 
 def seed_batches(specs: list[dict[str, Any]], seed_batch: int) -> list[list[dict[str, Any]]]:

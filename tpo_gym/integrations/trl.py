@@ -94,25 +94,21 @@ Reasoning Gym for TRL: :func:`reasoning_gym_dataset` builds the prompt dataset a
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import json
 import math
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 try:
     import trl
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "tpo_gym.integrations.trl needs TRL: pip install 'tpo-gym[llm]' (or pip install trl)"
     ) from exc
 
-from tpo_gym._validation import check_bool, check_choice, check_float, check_int
 from tpo_gym.agents.grouping import group_diagnostics
 from tpo_gym.agents.tpo import (
     COLLAPSE_WARN_FRACTION,
@@ -120,208 +116,32 @@ from tpo_gym.agents.tpo import (
     collapsed_target_fraction,
     winner_loser_means,
 )
-from tpo_gym.objectives import at_least_float32, kl_penalty, standardize_scores, tpo_loss, tpo_target
+from tpo_gym.integrations._trl_batches import _entropy, _grouped, _shuffle_groups, k3_kl, mask_positions
+from tpo_gym.integrations._trl_config import (
+    GRPO_OPTIONS_TPO_IGNORES,
+    OVERRIDDEN_TRL_METHODS,
+    TARGET_UPDATES,
+    TargetPOConfig,
+    check_config,
+    resolve_target_update,
+)
+from tpo_gym.integrations._trl_data import reasoning_gym_dataset, reasoning_gym_reward
+from tpo_gym.objectives import at_least_float32, standardize_scores, tpo_loss, tpo_target
 
+# in the order of the API reference page (docs/reference/integrations/trl.md)
 __all__ = [
-    "TargetPOConfig",
-    "TargetPOTrainer",
-    "check_config",
-    "reasoning_gym_dataset",
-    "reasoning_gym_reward",
+    "TARGET_UPDATES",
+    "OVERRIDDEN_TRL_METHODS",
+    "GRPO_OPTIONS_TPO_IGNORES",
     "k3_kl",
     "mask_positions",
-    "GRPO_OPTIONS_TPO_IGNORES",
-    "OVERRIDDEN_TRL_METHODS",
-    "TARGET_UPDATES",
+    "TargetPOConfig",
+    "check_config",
+    "resolve_target_update",
+    "TargetPOTrainer",
+    "reasoning_gym_dataset",
+    "reasoning_gym_reward",
 ]
-
-TARGET_UPDATES = ("auto", "groups", "weights")
-
-#: The ``trl.GRPOTrainer`` methods (private TRL API) this trainer overrides, each with the parameter
-#: names of the TRL version it was written against (TRL 1.16); the test suite fails naming any method
-#: whose signature changes. Keep this short: every GRPO rewrite is a chance to break an override.
-OVERRIDDEN_TRL_METHODS: dict[str, tuple[str, ...]] = {
-    "_generate_and_score_completions": ("self", "inputs"),
-    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
-    "_prepare_inputs": ("self", "generation_batch"),
-    "_compute_loss": ("self", "model", "inputs"),
-    "log": ("self", "logs", "start_time"),
-    "_get_per_token_logps_and_entropies": (
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-        "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-        "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids"),
-}
-
-_NO_IS = "TPO's target uses the trainer's own log-probs: it has no vLLM importance-sampling correction"
-_NO_ENTROPY = "TPO's loss has no entropy bonus"
-#: GRPOConfig options TPO's loss does not use, and why: any value but ``TargetPOConfig``'s default is a
-#: ``ValueError`` naming the option (nothing is silently ignored).
-GRPO_OPTIONS_TPO_IGNORES: dict[str, str] = {
-    "loss_type": "TPO's loss is its cross-entropy to the target, not one of GRPO's loss variants",
-    "scale_rewards": "TPO z-scores the rewards within each group (population std)",
-    "epsilon": "TPO has no ratio clipping",
-    "epsilon_high": "TPO has no ratio clipping",
-    "delta": "TPO has no ratio clipping",
-    "importance_sampling_level": "TPO's loss has no importance ratio",
-    "sapo_temperature_neg": "SAPO's loss only",
-    "sapo_temperature_pos": "SAPO's loss only",
-    "vespo_k_pos": "VESPO's loss only",
-    "vespo_lambda_pos": "VESPO's loss only",
-    "vespo_k_neg": "VESPO's loss only",
-    "vespo_lambda_neg": "VESPO's loss only",
-    "top_entropy_quantile": "TPO trains on every completion token",
-    "entropy_coef": _NO_ENTROPY,
-    "use_adaptive_entropy": _NO_ENTROPY,
-    "entropy_coef_min": _NO_ENTROPY,
-    "entropy_coef_max": _NO_ENTROPY,
-    "entropy_coef_delta": _NO_ENTROPY,
-    "entropy_target": _NO_ENTROPY,
-    "off_policy_mask_threshold": "TPO has no off-policy mask",
-    "mask_truncated_completions": "truncated completions are scored candidates of their group",
-    "multi_objective_aggregation": "TPO standardises the weighted sum of the rewards ('sum_then_normalize')",
-    "use_bias_correction_kl": "TPO's KL term is the plain k3 estimator",
-    "vllm_importance_sampling_correction": _NO_IS,
-    "vllm_importance_sampling_mode": _NO_IS,
-    "vllm_importance_sampling_clip_min": _NO_IS,
-    "vllm_importance_sampling_clip_max": _NO_IS,
-    "vllm_importance_sampling_cap": _NO_IS,
-}
-
-
-def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    r"""GRPO's k3 estimate of :math:`\mathrm{KL}(\pi_\theta \,\|\, \pi_{ref})`, per token, averaged per completion.
-
-    .. math::
-        k_{i,t} = e^{\log\pi_{ref}(o_{i,t}) - \log\pi_\theta(o_{i,t})}
-                  - \big(\log\pi_{ref}(o_{i,t}) - \log\pi_\theta(o_{i,t})\big) - 1 \;\ge 0, \qquad
-        \mathrm{KL} = \frac1N \sum_{i=1}^{N} \frac{\sum_t m_{i,t}\, k_{i,t}}{\max(1, \sum_t m_{i,t})}
-
-    over the N completions (rows) and their valid tokens (``mask``), GRPO's ``loss_type="grpo"``
-    averaging; the gradient per token is :math:`(1 - e^{\log\pi_{ref} - \log\pi_\theta})\,\nabla\log\pi_\theta`.
-    Masked tokens are ignored whatever they hold.
-
-    :param logp: ``[N, T]`` token log-probs under the policy (with gradient).
-    :param ref_logp: ``[N, T]`` token log-probs under the frozen reference.
-    :param mask: ``[N, T]`` valid tokens (bool or 0/1).
-    :return: a 0-d tensor.
-    """
-    return kl_penalty(logp, ref_logp, mask.bool())  # the one implementation, shared with the native loop
-
-
-def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    r"""Position ids of a padded batch from its attention mask: :math:`\max(\mathrm{cumsum}(m) - 1, 0)`.
-
-    The positions generation gives left-padded prompts (each row's first real token is position 0;
-    padding gets 0 and is masked anyway).
-    """
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-@dataclasses.dataclass
-class TargetPOConfig(GRPOConfig):
-    r"""Configuration of :class:`TargetPOTrainer`: TRL's ``GRPOConfig`` plus TPO's settings.
-
-    Generation, batching, optimiser, logging and distributed settings are ``GRPOConfig``'s (for
-    example ``num_generations`` = K, ``temperature``, ``max_completion_length``, ``learning_rate``,
-    ``num_iterations``, ``use_vllm``). The GRPO loss options TPO does not use
-    (:data:`GRPO_OPTIONS_TPO_IGNORES`: ``loss_type``, ``scale_rewards``, ``epsilon*``,
-    ``importance_sampling_level``, ...) must keep their defaults (``ValueError`` otherwise). TPO's own:
-
-    :param eta: temperature of the target :math:`q \propto p^{old} e^{u/\eta}`, > 0 (default 1).
-    :param anchor: keep the :math:`p^{old}` anchor of the target (default); ``False`` is the no-anchor
-        ablation :math:`q = \operatorname{softmax}(u/\eta)`.
-    :param length_normalize: the sequence log-prob is the mean of the completion's token log-probs
-        instead of their sum (default ``False``, as the paper).
-    :param target_update: ``"auto"`` (default), ``"groups"`` or ``"weights"``: how the update stays
-        exact across processes and micro-batches (module docstring).
-    :param beta: weight of the k3 KL penalty to the frozen reference model, >= 0 (default 0: no
-        reference model is built). :func:`k3_kl`.
-    """
-
-    eta: float = dataclasses.field(default=1.0, metadata={"help": "TPO target temperature eta > 0."})
-    anchor: bool = dataclasses.field(default=True, metadata={"help": "Keep the p_old anchor of the target."})
-    length_normalize: bool = dataclasses.field(
-        default=False, metadata={"help": "Mean instead of sum of token log-probs as the sequence log-prob."})
-    target_update: str = dataclasses.field(
-        default="auto", metadata={"help": "'auto', 'groups' (whole groups per micro-batch) or 'weights'."})
-    beta: float = dataclasses.field(
-        default=0.0, metadata={"help": "Weight of the k3 KL penalty to the frozen reference model (default 0)."})
-    use_bias_correction_kl: bool = dataclasses.field(
-        default=False, metadata={"help": "Unused by TPO (plain k3 KL); must stay False."})
-    vllm_importance_sampling_correction: bool = dataclasses.field(
-        default=False, metadata={"help": "Unused by TPO (its target uses the trainer's log-probs); must stay False."})
-
-    def __post_init__(self) -> None:
-        check_config(self)  # before GRPOConfig rewrites any option (scale_rewards=True -> "group", ...)
-        super().__post_init__()
-
-
-def check_config(args: Any) -> None:
-    """The one check of a :class:`TargetPOConfig`'s TPO settings: ``ValueError`` naming the first bad one and what
-    is allowed, else the settings normalised in place.
-
-    ``eta`` a finite number > 0, ``beta`` a finite number >= 0, ``anchor`` / ``length_normalize`` booleans,
-    ``target_update`` one of :data:`TARGET_UPDATES`, ``num_generations`` an integer >= 2 (or ``None``, GRPOConfig's
-    default), and the GRPO options TPO ignores at their defaults (:data:`GRPO_OPTIONS_TPO_IGNORES`). The config's
-    ``__post_init__`` and :class:`TargetPOTrainer` (at init and before each generation) call it, so a setting
-    changed after the config was built is checked as well.
-    """
-    args.eta = check_float("eta", args.eta, minimum=0.0, strict_min=True)
-    args.anchor = check_bool("anchor", args.anchor)
-    args.length_normalize = check_bool("length_normalize", args.length_normalize)
-    args.target_update = check_choice("target_update", args.target_update, TARGET_UPDATES)
-    args.beta = check_float("beta", args.beta, minimum=0.0)
-    if args.num_generations is not None:
-        try:
-            args.num_generations = check_int("num_generations", args.num_generations, minimum=2)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (TPO builds a target over K >= 2 completions of a prompt)") from None
-    _check_supported(args)
-
-
-def resolve_target_update(args: Any) -> str:
-    """The exact update form for ``args`` (``"groups"`` or ``"weights"``), or ``ValueError`` why none is."""
-    k = int(args.num_generations)
-    if k < 2:
-        raise ValueError(f"num_generations must be >= 2 for TPO, got {k}")
-    per_device = int(args.per_device_train_batch_size)
-    accumulation = int(args.gradient_accumulation_steps)
-    per_generation = int(args.steps_per_generation)
-    iterations = int(args.num_iterations)
-    groups_ok = per_device % k == 0
-    weights_ok = iterations == 1 and accumulation % per_generation == 0
-    groups_why = (f"target_update='groups' needs whole groups in every micro-batch: per_device_train_batch_size "
-                  f"({per_device}) must be a multiple of num_generations ({k})")
-    weights_why = (f"target_update='weights' is exact only on the first update after each generation: it needs "
-                   f"num_iterations == 1 (got {iterations}) and gradient_accumulation_steps ({accumulation}) a "
-                   f"multiple of steps_per_generation ({per_generation})")
-    mode = args.target_update
-    if mode == "groups" and not groups_ok:
-        raise ValueError(groups_why)
-    if mode == "weights" and not weights_ok:
-        raise ValueError(weights_why)
-    if mode == "auto":
-        if groups_ok:
-            return "groups"
-        if weights_ok:
-            return "weights"
-        raise ValueError("no exact TPO update for this configuration: " + groups_why + "; or " + weights_why)
-    return mode
-
-
-def _check_supported(args: Any) -> None:
-    """``ValueError`` naming every GRPO option of ``args`` that TPO does not use and that is not at
-    ``TargetPOConfig``'s default (it would be silently ignored)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TargetPOConfig) if f.default is not dataclasses.MISSING}
-    problems = []
-    for name, why in GRPO_OPTIONS_TPO_IGNORES.items():
-        value = getattr(args, name, defaults.get(name))
-        if name == "scale_rewards":  # GRPOConfig's older spelling: True is "group"
-            value = {True: "group", False: "none"}.get(value, value)
-        if name in defaults and value != defaults[name]:
-            problems.append(f"{name}={value!r} ({why}; leave it at {defaults[name]!r})")
-    if problems:
-        raise ValueError("TargetPOTrainer does not use these GRPO options: " + "; ".join(problems))
 
 
 class TargetPOTrainer(GRPOTrainer):
@@ -610,141 +430,6 @@ class TargetPOTrainer(GRPOTrainer):
             torch.stack([torch.where(tokens, entropies, 0.0).sum(), tokens.sum().float()]).detach(), reduction="sum")
         self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
-
-
-def _entropy(p: torch.Tensor) -> torch.Tensor:
-    return -(p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum(dim=-1)
-
-
-def _shuffle_groups(batch: dict[str, Any], k: int) -> dict[str, Any]:
-    """Permute the rows of ``batch`` by whole groups of ``k`` consecutive rows (TRL's shuffle, per group)."""
-    n = len(batch["completion_ids"])
-    order = (torch.randperm(n // k).unsqueeze(1) * k + torch.arange(k)).reshape(-1)
-
-    def permute(v: Any) -> Any:
-        if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
-            return v
-        if isinstance(v, torch.Tensor):
-            return v[order.to(v.device)]
-        if isinstance(v, (list, tuple)) and len(v) == n:
-            return [v[i] for i in order.tolist()]
-        return v
-
-    return {key: permute(value) for key, value in batch.items()}
-
-
-def _grouped(seq: torch.Tensor, group: torch.Tensor, k: int, *per_row: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``[G, K]`` views of the whole groups of a micro-batch (rows sorted by group): ``seq`` then ``per_row``."""
-    order = torch.argsort(group, stable=True)
-    ids = group[order]
-    if ids.numel() % k or bool((ids.view(-1, k) != ids.view(-1, k)[:, :1]).any()):
-        raise RuntimeError("TargetPOTrainer: a micro-batch does not hold whole groups; use target_update='weights'")
-    return tuple(x[order].view(-1, k) for x in (seq, *per_row))
-
-
-# ---------------------------------------------------------------------------------------------
-# Reasoning Gym for TRL
-# ---------------------------------------------------------------------------------------------
-def _reasoning_gym_env(source: Any, size: int, seed: int, config: dict[str, Any]) -> Any:
-    """The ``ReasoningGymEnv`` of a dataset name, a ``tpo_gym/ReasoningGym-v0`` env, or the env id."""
-    from tpo_gym.envs.reasoning_gym_env import ReasoningGymEnv
-
-    if isinstance(source, str) and source.startswith("tpo_gym/"):
-        import gymnasium as gym
-
-        import tpo_gym
-
-        gym.register_envs(tpo_gym)
-        if source != "tpo_gym/ReasoningGym-v0":
-            raise ValueError(f"source must be a Reasoning Gym dataset name or 'tpo_gym/ReasoningGym-v0', "
-                             f"got {source!r}")
-        config = dict(config)
-        dataset = config.pop("dataset", "graph_color")
-        return ReasoningGymEnv(dataset, size=size, seed=seed, **config)
-    if isinstance(source, str):
-        return ReasoningGymEnv(source, size=size, seed=seed, **config)
-    env = getattr(source, "unwrapped", source)
-    if isinstance(env, ReasoningGymEnv):
-        if config:
-            raise ValueError(f"dataset config {sorted(config)} is given by the env itself; pass no config keywords")
-        return env
-    raise ValueError(f"source must be a Reasoning Gym dataset name, 'tpo_gym/ReasoningGym-v0' or a ReasoningGym "
-                     f"env, got {source!r}")
-
-
-def reasoning_gym_dataset(source: Any = "graph_color", *, size: int = 500, seed: int = 0, tokenizer: Any = None,
-                          prompt_format: Any = "env", **config: Any) -> Any:
-    """TRL's prompt dataset (a ``datasets.Dataset``) of every entry of a Reasoning Gym dataset.
-
-    Rows: ``prompt``, ``index`` (the entry index, read by :func:`reasoning_gym_reward`), ``question``,
-    ``answer`` (text; ``None`` where the dataset has no single answer, as graph_color, whose
-    scorer checks the colouring) and ``metadata`` (JSON text). ``prompt`` is the chat messages ``[system, user]`` (TRL
-    applies the chat template) with the env's system prompt, or, when the prompt format needs text
-    (a prefill, a custom layout), the prompt text built with ``tokenizer``
-    (:func:`tpo_gym.agents.prompts.build_prompt`; the model continues it).
-
-    :param source: a Reasoning Gym dataset name (``"basic_arithmetic"``), ``"tpo_gym/ReasoningGym-v0"``
-        (with ``dataset=...`` in ``config``) or a ``ReasoningGym`` env.
-    :param size: number of entries; ``seed``: the dataset's seed (as the env's arguments).
-    :param tokenizer: needed for text prompts (a prompt format with a prefill).
-    :param prompt_format: ``"env"``, ``"answer_prefill"``, a dict or a :class:`~tpo_gym.agents.prompts.PromptFormat`.
-    :param config: the dataset's own config (``min_terms=2``, ...).
-    """
-    from datasets import Dataset
-
-    from tpo_gym.agents.prompts import PromptFormat, build_prompt
-
-    env = _reasoning_gym_env(source, size, seed, config)
-    fmt = PromptFormat.from_data(prompt_format)
-    as_messages = not fmt.prefill and fmt.chat_template and fmt.system in ("env", "none", "custom")
-    if not as_messages and tokenizer is None:
-        raise ValueError("this prompt_format builds text prompts (a prefill or no chat template): pass tokenizer=")
-    rows = []
-    for index in range(env.size):
-        entry = env.dataset[index]
-        question = str(entry["question"])
-        if as_messages:
-            system = {"env": env.system_prompt, "custom": fmt.system_text, "none": ""}[fmt.system]
-            user = question if not fmt.instruction else f"{question}\n\n{fmt.instruction}"
-            prompt: Any = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": user}]
-        else:
-            prompt = build_prompt(tokenizer, question, env.system_prompt, fmt)
-        answer = entry.get("answer")
-        rows.append({"prompt": prompt, "index": index, "question": question,
-                     "answer": None if answer is None else str(answer),
-                     "metadata": json.dumps(entry.get("metadata", {}), default=str)})
-    return Dataset.from_list(rows)
-
-
-def reasoning_gym_reward(source: Any = "graph_color", *, size: int = 500, seed: int = 0, prompt_format: Any = "env",
-                         **config: Any) -> Callable[..., list[float]]:
-    """A TRL reward function scoring completions with the Reasoning Gym dataset's own scorer.
-
-    ``reward(prompts, completions, index, **kwargs) -> list[float]``: for each completion, the
-    env's score of entry ``index`` (``extract_answer`` then the dataset's ``score_answer``; the
-    prompt format's prefill is prepended and its tag closed, as for tpo-gym's LM policy). Use the same
-    ``source`` / ``size`` / ``seed`` / config as :func:`reasoning_gym_dataset`.
-    """
-    from tpo_gym.agents.prompts import PromptFormat, completion_for_env
-
-    env = _reasoning_gym_env(source, size, seed, config)
-    fmt = PromptFormat.from_data(prompt_format)
-
-    def reward(prompts: Any = None, completions: Any = None, index: Any = None, **kwargs: Any) -> list[float]:
-        if completions is None or index is None:
-            raise ValueError("the Reasoning Gym reward needs the completions and the dataset's 'index' column")
-        if len(completions) != len(index):
-            raise ValueError(f"{len(completions)} completions but {len(index)} indices")
-        out = []
-        for completion, i in zip(completions, index, strict=True):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            env.reset(options={"index": int(i)})
-            out.append(float(env.score_candidates([completion_for_env(str(text), fmt)])[0]))
-        return out
-
-    reward.__name__ = f"reasoning_gym_{env.dataset_name}"
-    return reward
 
 
 def trl_version() -> str:

@@ -10,7 +10,7 @@ DG, not a method.
 import importlib
 
 #: The built-in method modules, in the registry's order (the paper's).
-BUILTIN = ("tpo", "grpo", "group_pg", "ppo", "reinforce", "dg", "ce")
+BUILTIN = ("tpo", "grpo", "group_pg", "ppo", "reinforce", "dg", "ce", "lpo", "maxrl", "tailrl")
 
 for _name in BUILTIN:
     importlib.import_module(f"{__name__}.{_name}")

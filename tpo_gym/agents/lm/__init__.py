@@ -16,7 +16,6 @@ from tpo_gym.agents.files.serialization import AgentFileError
 from tpo_gym.agents.lm.files import (
     AGENT_LORA_KWARGS,
     AGENT_MODEL_KWARGS,
-    _require_transformers,
     agent_model_kwargs,
     check_agent_lora_kwargs,
     check_agent_model_kwargs,
@@ -28,8 +27,6 @@ from tpo_gym.agents.lm.files import (
 from tpo_gym.agents.lm.policy import (
     LOGPROB_CHUNK_ROWS,
     CausalLMPolicy,
-    _as_dense,
-    _prepare_tokenizer,
     describe_model,
     entropy,
     load_language_model,
@@ -42,7 +39,7 @@ __all__ = ["CausalLMPolicy", "TextBatch", "sequence_logprobs", "load_language_mo
            "AGENT_MODEL_KWARGS", "AGENT_LORA_KWARGS", "agent_model_kwargs", "check_agent_model_kwargs",
            "check_agent_lora_kwargs", "load_agent_model", "load_agent_tokenizer", "load_agent_adapter",
            "PromptFormat", "build_prompt", "completion_for_env", "AgentFileError", "TextVecEnv", "LOGPROB_CHUNK_ROWS",
-           "completion_mask", "entropy", "describe_model", "_require_transformers", "_as_dense", "_prepare_tokenizer"]
+           "completion_mask", "entropy", "describe_model"]
 
 # Agent files name a policy class by module:qualname; the language-model policy keeps the name files have always
 # stored (``tpo_gym.agents.lm:CausalLMPolicy``), wherever in this package it is defined.
