@@ -4,7 +4,7 @@ The docstrings are Sphinx style (``:param x:`` fields, which mkdocstrings' Sphin
 Sphinx roles, math, simple tables and RST lists in their text, which Markdown would show verbatim or
 misread. Before rendering, every docstring's text is rewritten, nothing else (the sources keep their RST):
 
-* cross-reference roles become links: ``:class:`~tpo_gym.agents.base.GroupAlgorithm``` -> a link titled
+* cross-reference roles become links: ``:class:`~tpo_gym.agents.common.base.GroupAlgorithm``` -> a link titled
   ```GroupAlgorithm``` to that class's entry, ``:func:`check_group_env``` -> a link to the function that the
   name means where the docstring is (its object, class, module and their imports, as Python resolves it).
   The link is an mkdocs-autorefs ``<autoref optional>``: a target the site does not document (a private

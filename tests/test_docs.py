@@ -152,7 +152,7 @@ def test_docstring_markup_becomes_markdown() -> None:
         from griffe_rst import rst_to_markdown
     finally:
         sys.path.remove(str(DOCS))
-    text = "See :class:`~tpo_gym.agents.base.GroupAlgorithm` and :func:`tpo_gym.envs.check_group_env`::\n\n" \
+    text = "See :class:`~tpo_gym.agents.common.base.GroupAlgorithm` and :func:`tpo_gym.envs.check_group_env`::\n\n" \
            "    code\n\n=====  =======\n``a``  first\n       more\n``bb``  second\n=====  =======\n"
     assert rst_to_markdown(text).splitlines() == [
         "See `GroupAlgorithm` and `tpo_gym.envs.check_group_env`:", "", "    code", "",

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tpo_gym"
 MAX_MODULE_LINES = 500
 #: Which subpackages a layer may import (``tpo_gym._io`` / ``_validation`` are shared by all).
 LAYERS = {
-    "objectives": set(),
+    "objectives": {"objectives"},
     "envs": {"envs"},
     "agents": {"agents", "envs", "objectives"},
     "integrations": {"integrations", "agents", "envs", "objectives"},
@@ -138,9 +138,10 @@ def _module_name(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(tree: ast.AST, modules: set[str]) -> set[str]:
+def _runtime_imports(tree: ast.AST, modules: set[str], package: str = "") -> set[str]:
     """The modules of ``modules`` an ast imports, at module level or inside functions (``if TYPE_CHECKING:``
-    blocks left out: they never run). ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``."""
+    blocks left out: they never run). ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``;
+    a relative import is resolved against ``package`` (the importing module's package)."""
     skipped = {id(n) for node in ast.walk(tree)
                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                for stmt in node.body for n in ast.walk(stmt)}
@@ -154,10 +155,14 @@ def _runtime_imports(tree: ast.AST, modules: set[str]) -> set[str]:
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
             for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                out.add(full if full in modules else owner(node.module))
+                full = f"{base}.{alias.name}"
+                out.add(full if full in modules else owner(base))
         elif isinstance(node, ast.Import):
             out.update(owner(a.name) for a in node.names)
     out.discard(None)
@@ -168,7 +173,9 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """``{module: the modules of the package it imports}`` over every module under ``root``."""
     paths = {_module_name(p, root): p for p in _modules(root)}
     names = set(paths)
-    return {m: _runtime_imports(ast.parse(p.read_text()), names) - {m} for m, p in paths.items()}
+    return {m: _runtime_imports(ast.parse(p.read_text()), names,
+                                m if p.name == "__init__.py" else m.rpartition(".")[0]) - {m}
+            for m, p in paths.items()}
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -221,9 +228,14 @@ def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path: Path)
     (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
     (pkg / "d.py").write_text("import pkg.c\n")
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("from .e import g\n")
+    (pkg / "sub" / "e.py").write_text("from ..d import pkg\nfrom . import f\n")
+    (pkg / "sub" / "f.py").write_text("from pkg.sub import e\n")
     graph = import_graph(pkg)
     assert graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == set() and graph["pkg.d"] == {"pkg.c"}
-    assert import_cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert graph["pkg.sub"] == {"pkg.sub.e"} and graph["pkg.sub.e"] == {"pkg.d", "pkg.sub.f"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b"], ["pkg.sub.e", "pkg.sub.f"]]
 
 
 def test_agents_subpackages_import_downward_only() -> None:

@@ -109,7 +109,7 @@ def test_the_native_vector_base_is_public_and_the_old_private_path_still_imports
 
 def test_agents_see_the_group_api_of_a_custom_env_and_train_tpo_token_on_it() -> None:
     from tpo_gym import TPO
-    from tpo_gym.agents.sampling import RolloutSource, group_api_available
+    from tpo_gym.agents.common.sampling import RolloutSource, group_api_available
 
     spec = EnvSpec("RepeatDigit-v0", entry_point=RepeatDigitEnv, vector_entry_point=RepeatDigitVectorEnv,
                    kwargs={"n_digits": 4})

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from tpo_gym.agents.registry import (
+from tpo_gym.agents.common.registry import (
     ENV_VAR,
     AlgorithmReferenceError,
     algorithm_class,
@@ -104,7 +104,7 @@ def test_the_plain_cli_runs_a_plugin_and_a_new_shell_rebuilds_its_report(
     records = _records(out)
     assert set(records) == {"TPO_token", "RLOO"} and all(r["status"] == "ok" for r in records.values())
     assert records["RLOO"]["algorithm"] == provenance and records["RLOO"]["spec"]["algo"] == algo
-    assert records["TPO_token"]["algorithm"]["path"] == "tpo_gym.agents.tpo:TPO"
+    assert records["TPO_token"]["algorithm"]["path"] == "tpo_gym.agents.algorithms.tpo:TPO"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["algorithms"][algo] == provenance
     prefix = "TPO_GYM_ALGORITHMS=tpo_rloo:RLOO " if env else ""
@@ -250,7 +250,7 @@ def test_rloo_advantages_match_a_hand_computed_example(plugin_on_path: Path) -> 
 def test_rloo_learns_and_its_gradient_is_the_leave_one_out_reinforce_gradient(plugin_on_path: Path) -> None:
     from tpo_rloo import RLOO
 
-    from tpo_gym.agents.update import GroupAdvantageBatch
+    from tpo_gym.agents.common.update import GroupAdvantageBatch
 
     agent = RLOO("TransformerPolicy", "tpo_gym/TokenReversal-v0", level="token", seed=0, **SMALL)
     agent.learn(2 * agent.steps_per_iteration)

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 import tpo_gym
-from tpo_gym.agents.reference_setup import ReferenceMuon
+from tpo_gym.agents.policies.reference_setup import ReferenceMuon
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation.experiments import AGENT_ALGOS, RUN_KINDS, make_agent, methods_for_kind
 from tpo_gym.evaluation.presets import PresetError, available_presets, load_preset, validate_preset

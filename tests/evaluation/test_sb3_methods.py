@@ -94,7 +94,7 @@ def test_an_sb3_class_named_like_a_tpo_gym_agent_stays_the_sb3_class() -> None:
     import stable_baselines3
 
     from tpo_gym import PPO
-    from tpo_gym.agents.registry import resolve_algorithm
+    from tpo_gym.agents.common.registry import resolve_algorithm
 
     for _ in range(2):  # the second lookup too (a cached alias must not turn it into tpo-gym's PPO)
         assert resolve_algorithm("stable_baselines3:PPO") is stable_baselines3.PPO

@@ -817,7 +817,7 @@ def test_mixture_of_experts_router_loss_is_added_as_grpo_adds_it(tmp_path: Path)
 def test_a_collapsed_target_warns_once_naming_the_remedies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import warnings
 
-    import tpo_gym.agents.tpo as tpo_module
+    import tpo_gym.agents.algorithms.tpo as tpo_module
 
     monkeypatch.setattr(tpo_module, "COLLAPSE_Q", 1.01)  # every informative group counts as collapsed
     prompts = ["say a\n>", "say b\n>"]

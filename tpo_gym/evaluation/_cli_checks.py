@@ -107,7 +107,7 @@ def _check_out(out: Path) -> str | None:
 def _preset_error(parser: argparse.ArgumentParser, command: str, exc: PresetError) -> None:
     """Exit on a preset that does not load: one line (no usage) when an ``algo`` names no importable agent class,
     else argparse's usage and the message."""
-    from tpo_gym.agents.registry import AlgorithmReferenceError
+    from tpo_gym.agents.common.registry import AlgorithmReferenceError
 
     if isinstance(exc.__cause__, AlgorithmReferenceError):
         _fail(command, str(exc))

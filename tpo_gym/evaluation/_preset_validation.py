@@ -7,7 +7,7 @@ import re
 import unicodedata
 from typing import Any
 
-from tpo_gym.agents.registry import method_spec
+from tpo_gym.agents.common.registry import method_spec
 from tpo_gym.evaluation.experiments import RUN_KINDS, methods_for_kind
 from tpo_gym.evaluation.metrics import FINAL, STEPS_TO_THRESHOLD, summary_column, unit_suffix
 from tpo_gym.evaluation.metrics import METRIC_TYPES as _INLINE_METRIC_TYPES
@@ -216,13 +216,13 @@ def validate_preset(data: Any, source: str = "<preset>") -> None:
 
 
 def _algo_class(source: str, method: str, algo: str, classes: dict[str, type]) -> type:
-    """The agent class ``algo`` names (:func:`~tpo_gym.agents.registry.resolve_algorithm`: a registered name,
+    """The agent class ``algo`` names (:func:`~tpo_gym.agents.common.registry.resolve_algorithm`: a registered name,
     ``module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or an installed package's entry point), resolved once
     per preset (``classes`` keeps them).
 
     :raises PresetError: one line naming the method, the reference and how to make it importable.
     """
-    from tpo_gym.agents.registry import AlgorithmReferenceError, resolve_algorithm
+    from tpo_gym.agents.common.registry import AlgorithmReferenceError, resolve_algorithm
 
     if algo not in classes:
         try:

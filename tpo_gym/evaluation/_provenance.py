@@ -57,9 +57,9 @@ def algorithm_provenance(reference: str) -> dict[str, Any]:
     version (both ``None`` when the module is not part of an installed distribution: a directory on
     ``PYTHONPATH``, a script).
 
-    :raises ~tpo_gym.agents.registry.AlgorithmReferenceError: ``reference`` names no agent class.
+    :raises ~tpo_gym.agents.common.registry.AlgorithmReferenceError: ``reference`` names no agent class.
     """
-    from tpo_gym.agents.registry import algorithm_path, resolve_algorithm
+    from tpo_gym.agents.common.registry import algorithm_path, resolve_algorithm
 
     cls = resolve_algorithm(reference)
     names = _distributions().get(cls.__module__.partition(".")[0], [])
@@ -79,10 +79,10 @@ def restore_algorithms(recorded: Any) -> None:
     does not (a class named in ``$TPO_GYM_ALGORITHMS`` when the runs were made) is imported from its recorded
     ``module:qualname``. Anything else in ``recorded`` is ignored (an older manifest has no such field).
 
-    :raises ~tpo_gym.agents.registry.AlgorithmReferenceError: neither the name nor the recorded path can be
+    :raises ~tpo_gym.agents.common.registry.AlgorithmReferenceError: neither the name nor the recorded path can be
         imported (the message names both and how to make the module importable).
     """
-    from tpo_gym.agents.registry import AlgorithmReferenceError, resolve_algorithm
+    from tpo_gym.agents.common.registry import AlgorithmReferenceError, resolve_algorithm
 
     if not isinstance(recorded, dict):
         return
@@ -113,7 +113,7 @@ def environment_prefix(algos: Iterable[str]) -> str:
     finds the class again when rerun in a new shell; ``""`` otherwise (built-in classes, ``module:Class``
     references, names an installed package publishes, classes of a ``__main__`` script).
     """
-    from tpo_gym.agents.registry import ENTRY_POINT_GROUP, ENV_VAR, algorithm_path, resolve_algorithm
+    from tpo_gym.agents.common.registry import ENTRY_POINT_GROUP, ENV_VAR, algorithm_path, resolve_algorithm
 
     published = {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     paths = []

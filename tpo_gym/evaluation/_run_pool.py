@@ -184,7 +184,7 @@ def _run_ray(tasks: list[list[dict[str, Any]]], workers: int,
     ray = require_ray()
     started_here = False
     if not ray.is_initialized():
-        from tpo_gym.agents.registry import ENV_VAR
+        from tpo_gym.agents.common.registry import ENV_VAR
 
         address = os.environ.get("RAY_ADDRESS")
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}

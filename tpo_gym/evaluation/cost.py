@@ -56,7 +56,7 @@ _FALLBACK = {"batch_size": 100, "group_size": 8, "n_epochs": 4, "level": "auto",
 def _default(algo: str, name: str) -> Any:
     """The agent class's default for constructor argument ``name`` (read from its signature)."""
     try:
-        from tpo_gym.agents.registry import resolve_algorithm
+        from tpo_gym.agents.common.registry import resolve_algorithm
 
         param = inspect.signature(resolve_algorithm(algo)).parameters.get(name)
         if param is not None and param.default is not inspect.Parameter.empty:
@@ -86,7 +86,7 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 100)) * batch * int(_arg(spec, "group_size")) * tokens * (1 + 2 * epochs)
     if spec.kind == "mnist":
         return float(p.get("steps", 10_000)) * batch * (1 + epochs)
-    from tpo_gym.agents.registry import method_spec, resolve_algorithm
+    from tpo_gym.agents.common.registry import method_spec, resolve_algorithm
 
     rollouts = method_spec(resolve_algorithm(spec.algo)).rollouts_per_iteration(
         batch, int(_arg(spec, "group_size")), _arg(spec, "level"), _arg(spec, "budget"))

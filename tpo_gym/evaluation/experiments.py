@@ -32,14 +32,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from tpo_gym.evaluation._run_envs import greedy_error, make_env
+
 __all__ = ["RUN_KINDS", "methods_for_kind", "execute_run", "make_agent", "held_out_scores"]
 
 
 
 def methods_for_kind(kind: str) -> tuple[str, ...]:
     """The ``algo`` names a run kind accepts: the registered algorithms that declare it
-    (:attr:`~tpo_gym.agents.registry.AlgorithmSpec.run_kinds`)."""
-    from tpo_gym.agents.registry import algorithm_registry
+    (:attr:`~tpo_gym.agents.common.registry.AlgorithmSpec.run_kinds`)."""
+    from tpo_gym.agents.common.registry import algorithm_registry
 
     if kind not in RUN_KINDS:
         raise KeyError(f"unknown run kind {kind!r}")
@@ -49,14 +51,14 @@ def methods_for_kind(kind: str) -> tuple[str, ...]:
 def __getattr__(name: str) -> Any:
     """``AGENT_ALGOS``: every registered algorithm's name (read from the registry when asked)."""
     if name == "AGENT_ALGOS":
-        from tpo_gym.agents.registry import algorithm_registry
+        from tpo_gym.agents.common.registry import algorithm_registry
 
         return tuple(algorithm_registry())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _tabular_name(algo: str) -> str:
-    from tpo_gym.agents.registry import resolve_algorithm
+    from tpo_gym.agents.common.registry import resolve_algorithm
 
     name = resolve_algorithm(algo).spec.tabular
     if name is None:
@@ -98,7 +100,7 @@ def make_agent(
 
     ``params["agent_kwargs"]`` (the setting's shared arguments: batch size, group size, budget,
     learning rate ...) are updated with the method's ``method_kwargs`` and passed to the agent
-    class ``algo`` names (:func:`~tpo_gym.agents.registry.resolve_algorithm`: a registered name,
+    class ``algo`` names (:func:`~tpo_gym.agents.common.registry.resolve_algorithm`: a registered name,
     ``module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or an installed package's entry point); ``params["policy"]``
     (default :data:`DEFAULT_POLICY` of the kind) is
     its policy argument. ``env`` is a Gymnasium env instance. ``policy_kwargs`` of the two are merged
@@ -106,7 +108,7 @@ def make_agent(
     ``params["setup"]`` (the key the tabular kinds take, so one preset setup can name it for every kind)
     is the policy's ``setup`` unless ``policy_kwargs`` name one.
     """
-    from tpo_gym.agents.registry import resolve_algorithm
+    from tpo_gym.agents.common.registry import resolve_algorithm
 
     cls = resolve_algorithm(algo)
     shared = params.get("agent_kwargs", {})
@@ -116,14 +118,6 @@ def make_agent(
     if "setup" in params:
         kwargs["policy_kwargs"] = {"setup": params["setup"], **kwargs.get("policy_kwargs", {})}
     return cls(params.get("policy", DEFAULT_POLICY[kind]), env, seed=seed, device=device, **kwargs)
-
-
-def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
-    import gymnasium as gym
-
-    import tpo_gym  # noqa: F401  (registers the tpo_gym/ namespace)
-
-    return gym.make(env_id, **env_kwargs)
 
 
 def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -142,14 +136,14 @@ def _learn_together(models: list[Any], total_timesteps: int, reset_num_timesteps
     if len(models) == 1:
         models[0].learn(total_timesteps, reset_num_timesteps=reset_num_timesteps)
         return
-    from tpo_gym.agents.seed_batch import SeedBatch
+    from tpo_gym.agents.common.seed_batch import SeedBatch
 
     SeedBatch(models).learn(total_timesteps, reset_num_timesteps=reset_num_timesteps)
 
 
 def _run_token_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     p = specs[0]["params"]
-    models = [make_agent(s["algo"], _make_env(p["env_id"], p.get("env_kwargs", {})), s["seed"], p,
+    models = [make_agent(s["algo"], make_env(p["env_id"], p.get("env_kwargs", {})), s["seed"], p,
                          s["method_kwargs"], kind="token", device=s.get("device", "cpu")) for s in specs]
     _learn_together(models, int(p["episodes"]) * int(models[0].steps_per_iteration))
     return [_history_rows(m.history) for m in models]
@@ -157,13 +151,6 @@ def _run_token_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return _run_token_seeds([spec])[0]
-
-
-def _greedy_error(model: Any, images: Any, labels: Any) -> float:
-    import numpy as np
-
-    actions, _ = model.predict(images, deterministic=True)
-    return float(np.mean(np.asarray(actions).reshape(-1) != labels))
 
 
 def _run_mnist_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -174,10 +161,10 @@ def _run_mnist_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     p = specs[0]["params"]
     steps, every = int(p["steps"]), int(p.get("eval_every", 200))
     test_x, test_y = load_mnist("test")
-    models = [make_agent(s["algo"], _make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})}),
+    models = [make_agent(s["algo"], make_env("tpo_gym/MNISTBandit-v0", {"split": "train", **p.get("env_kwargs", {})}),
                          s["seed"], p, s["method_kwargs"], kind="mnist", device=s.get("device", "cpu"))
               for s in specs]
-    rows = [[{"step": 0, "test_error": _greedy_error(m, test_x, test_y)}] for m in models]
+    rows = [[{"step": 0, "test_error": greedy_error(m, test_x, test_y)}] for m in models]
     done = 0
     while done < steps:
         chunk = min(every, steps - done)
@@ -185,7 +172,7 @@ def _run_mnist_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         done += chunk
         for model, seed_rows in zip(models, rows, strict=True):
             train = [h["error"] for h in model.history[-chunk:]]
-            seed_rows.append({"step": done, "test_error": _greedy_error(model, test_x, test_y),
+            seed_rows.append({"step": done, "test_error": greedy_error(model, test_x, test_y),
                               "error": float(np.mean(train))})
     return rows
 
@@ -230,7 +217,7 @@ def _run_llm(spec: dict[str, Any]) -> list[dict[str, Any]]:
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401
-    from tpo_gym.agents.registry import resolve_algorithm
+    from tpo_gym.agents.common.registry import resolve_algorithm
     from tpo_gym.evaluation._io import atomic_write_json, read_json
 
     p = spec["params"]
@@ -326,7 +313,7 @@ def _run_one(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _sb3_class(spec: dict[str, Any]) -> type | None:
     """The Stable-Baselines3 class ``spec["algo"]`` names, or ``None`` for tpo-gym's own agents."""
-    from tpo_gym.agents.registry import AlgorithmReferenceError, is_sb3_algorithm, resolve_algorithm
+    from tpo_gym.agents.common.registry import AlgorithmReferenceError, is_sb3_algorithm, resolve_algorithm
 
     if spec.get("kind") not in ("token", "mnist") or not isinstance(spec.get("algo"), str):
         return None

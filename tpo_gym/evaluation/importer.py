@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tpo_gym.evaluation._io import atomic_write_json
+from tpo_gym.evaluation._manifest_index import IMPORTED_FIELD, imported_methods
 from tpo_gym.evaluation.presets import Preset, RunSpec
 from tpo_gym.evaluation.records import RECORD_SCHEMA_VERSION, RecordError, validate_record
 from tpo_gym.evaluation.run_logger import RunLogger
@@ -42,8 +43,6 @@ from tpo_gym.evaluation.runner import bench_lock, read_stored, record_path, writ
 __all__ = ["IMPORTED_FIELD", "ImportRefused", "ImportSummary", "ImportedPreset", "ImportedRunSpec", "RunLogger",
            "add_import_command", "import_records", "imported_methods", "imported_preset", "run_import_command"]
 
-#: The manifest field that lists the imported methods and runs.
-IMPORTED_FIELD = "imported"
 #: The hash of a seed of an imported method that was not imported: matches no stored record.
 _NOT_IMPORTED = "(not imported)"
 
@@ -99,29 +98,6 @@ class ImportedPreset(Preset):
         return [ImportedRunSpec(**{f.name: getattr(s, f.name) for f in fields(RunSpec)},
                                 imported_hash=self.hashes.get(s.run_id, _NOT_IMPORTED)) if s.method in names else s
                 for s in super().runs(n_seeds)]
-
-
-def imported_methods(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The manifest's :data:`IMPORTED_FIELD` (``{}`` when absent), its structure checked.
-
-    :raises ValueError: one line naming the entry that is not ``{method: {"algo": text, "runs": {run_id:
-        {"setting": text, "seed": int >= 0, "config_hash": text, "source": text}}}}``.
-    """
-    index = manifest.get(IMPORTED_FIELD, {})
-    shape = ('{method: {"algo": text, "runs": {run_id: {"setting": text, "seed": integer >= 0, "config_hash": '
-             'text, "source": text}}}}')
-    if not isinstance(index, dict):
-        raise ValueError(f"field {IMPORTED_FIELD!r} must be {shape}")
-    for method, entry in index.items():
-        runs = entry.get("runs") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or not isinstance(entry.get("algo"), str) or not isinstance(runs, dict):
-            raise ValueError(f"field {IMPORTED_FIELD!r}, method {method!r:.60}, must be {shape}")
-        for run_id, run in runs.items():
-            if not (isinstance(run, dict) and all(isinstance(run.get(k), str) for k in ("setting", "config_hash",
-                                                                                        "source"))
-                    and isinstance(run.get("seed"), int) and not isinstance(run["seed"], bool) and run["seed"] >= 0):
-                raise ValueError(f"field {IMPORTED_FIELD!r}, run {run_id!r:.80}, must be {shape}")
-    return index
 
 
 def imported_preset(preset: Preset, manifest: dict[str, Any]) -> Preset:

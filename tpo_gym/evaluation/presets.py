@@ -11,7 +11,7 @@ the subset of methods run in this setting.
 (``TPO``, ``GRPO``, ``PPO``, ``REINFORCE``, ``GroupPG``, ``DG``, ``CE``, or a class of your own: its
 registered name, ``package.module:Class``, a name in ``$TPO_GYM_ALGORITHMS`` or one an installed package
 publishes in the entry-point group ``tpo_gym.algorithms``; see
-:func:`~tpo_gym.agents.registry.resolve_algorithm`), ``kwargs`` extra arguments of that method.
+:func:`~tpo_gym.agents.common.registry.resolve_algorithm`), ``kwargs`` extra arguments of that method.
 Validation resolves every ``algo`` (importing only the module a reference names).
 ``metrics`` -- ``{"id", "type": "steps_to_threshold" | "final" | "initial", "key", "threshold"?, "scale"?,
 "unit"?, "paper_dash"?, "better"?, "window"?}``; the first is the headline. ``unit``: ``"%"`` or a word, which
@@ -58,7 +58,7 @@ from tpo_gym.evaluation._preset_validation import (
     PresetError,
     validate_preset,
 )
-from tpo_gym.evaluation.derived import prune_to_present
+from tpo_gym.evaluation._prune import prune_to_present
 
 # in the order of the API reference page (docs/reference/evaluation/presets.md)
 __all__ = ["MAX_RUNS", "CHECK_TESTS", "MAX_NAME_LENGTH", "PresetError", "RunSpec", "Preset", "setup_setting_name",

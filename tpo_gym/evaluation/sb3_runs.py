@@ -101,7 +101,7 @@ def run_sb3(spec: dict[str, Any], cls: type) -> list[dict[str, Any]]:
     """Train ``cls`` (an SB3 algorithm) on the run ``spec`` of a token or MNIST setting; its rows."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    from tpo_gym.evaluation.experiments import _greedy_error, _make_env
+    from tpo_gym.evaluation._run_envs import greedy_error, make_env
 
     kind, p = spec["kind"], spec["params"]
     if kind not in ("token", "mnist"):
@@ -124,11 +124,11 @@ def run_sb3(spec: dict[str, Any], cls: type) -> list[dict[str, Any]]:
         test_x, test_y = load_mnist("test")
 
         def evaluate(model: Any) -> float:
-            return _greedy_error(model, test_x, test_y)
+            return greedy_error(model, test_x, test_y)
     else:
         env_id, env_kwargs = p["env_id"], p.get("env_kwargs", {})
         total = int(p["episodes"]) * window
-    venv = make_vec_env(lambda: _make_env(env_id, env_kwargs), n_envs=n_envs, seed=seed)
+    venv = make_vec_env(lambda: make_env(env_id, env_kwargs), n_envs=n_envs, seed=seed)
     model = cls(policy, venv, seed=seed, device=spec.get("device", "cpu"), **kwargs)
     callback = _make_callback(window, total, evaluate, eval_every)
     model.learn(total, callback=callback)

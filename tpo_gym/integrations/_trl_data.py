@@ -44,18 +44,18 @@ def reasoning_gym_dataset(source: Any = "graph_color", *, size: int = 500, seed:
     scorer checks the colouring) and ``metadata`` (JSON text). ``prompt`` is the chat messages ``[system, user]`` (TRL
     applies the chat template) with the env's system prompt, or, when the prompt format needs text
     (a prefill, a custom layout), the prompt text built with ``tokenizer``
-    (:func:`tpo_gym.agents.prompts.build_prompt`; the model continues it).
+    (:func:`tpo_gym.agents.lm.prompts.build_prompt`; the model continues it).
 
     :param source: a Reasoning Gym dataset name (``"basic_arithmetic"``), ``"tpo_gym/ReasoningGym-v0"``
         (with ``dataset=...`` in ``config``) or a ``ReasoningGym`` env.
     :param size: number of entries; ``seed``: the dataset's seed (as the env's arguments).
     :param tokenizer: needed for text prompts (a prompt format with a prefill).
-    :param prompt_format: ``"env"``, ``"answer_prefill"``, a dict or a :class:`~tpo_gym.agents.prompts.PromptFormat`.
+    :param prompt_format: ``"env"``, ``"answer_prefill"``, a dict or a :class:`~tpo_gym.agents.lm.prompts.PromptFormat`.
     :param config: the dataset's own config (``min_terms=2``, ...).
     """
     from datasets import Dataset
 
-    from tpo_gym.agents.prompts import PromptFormat, build_prompt
+    from tpo_gym.agents.lm.prompts import PromptFormat, build_prompt
 
     env = _reasoning_gym_env(source, size, seed, config)
     fmt = PromptFormat.from_data(prompt_format)
@@ -89,7 +89,7 @@ def reasoning_gym_reward(source: Any = "graph_color", *, size: int = 500, seed: 
     prompt format's prefill is prepended and its tag closed, as for tpo-gym's LM policy). Use the same
     ``source`` / ``size`` / ``seed`` / config as :func:`reasoning_gym_dataset`.
     """
-    from tpo_gym.agents.prompts import PromptFormat, completion_for_env
+    from tpo_gym.agents.lm.prompts import PromptFormat, completion_for_env
 
     env = _reasoning_gym_env(source, size, seed, config)
     fmt = PromptFormat.from_data(prompt_format)

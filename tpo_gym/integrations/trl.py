@@ -79,7 +79,7 @@ ratio TPO would ignore.
   ``all_fail_fraction`` / ``any_success_fraction``: groups whose best reward is <= 0 / >= 1 (the native
   loop's diagnostics, same names); ``target/zero_variance_fraction``,
   ``target/entropy_q``, ``target/entropy_p_old``, ``target/max_q``; ``collapsed_target_fraction``
-  (:func:`tpo_gym.agents.tpo.collapsed_target_fraction`: informative groups whose best completions get
+  (:func:`tpo_gym.agents.algorithms.tpo.collapsed_target_fraction`: informative groups whose best completions get
   q <= 0.01; when it is above one half in a training step, a ``UserWarning``, once per trainer, names
   the remedies: ``length_normalize=True``, a larger ``eta``, a shorter ``max_completion_length``);
   ``entropy`` (per token); with ``beta > 0``, ``kl`` (:func:`k3_kl`, the penalised value).
@@ -109,13 +109,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tpo_gym.integrations.trl needs TRL: pip install 'tpo-gym[llm]' (or pip install trl)"
     ) from exc
 
-from tpo_gym.agents.grouping import group_diagnostics
-from tpo_gym.agents.tpo import (
+from tpo_gym.agents.algorithms.tpo import (
     COLLAPSE_WARN_FRACTION,
     collapse_warning,
     collapsed_target_fraction,
     winner_loser_means,
 )
+from tpo_gym.agents.common.grouping import group_diagnostics
 from tpo_gym.integrations._trl_batches import _entropy, _grouped, _shuffle_groups, k3_kl, mask_positions
 from tpo_gym.integrations._trl_config import (
     GRPO_OPTIONS_TPO_IGNORES,

@@ -78,10 +78,17 @@ is needed; a non-bool mask; a non-integer dtype for labels or actions, even 2.0)
 
 from __future__ import annotations
 
-from ._checks import LOG_RATIO_CLIP, STD_EPS, InputTypeError, at_least_float32, deferred_checks, working_dtype
-from .grpo import grpo_advantages, grpo_loss, k3_kl, kl_penalty, zero_variance_groups
-from .listwise import LPO_FITS, LPO_TAUS, lpo_loss, lpo_target, maxrl_advantages, tailrl_advantages
-from .single import (
+from tpo_gym.objectives._checks import (
+    LOG_RATIO_CLIP,
+    STD_EPS,
+    InputTypeError,
+    at_least_float32,
+    deferred_checks,
+    working_dtype,
+)
+from tpo_gym.objectives.grpo import grpo_advantages, grpo_loss, k3_kl, kl_penalty, zero_variance_groups
+from tpo_gym.objectives.listwise import LPO_FITS, LPO_TAUS, lpo_loss, lpo_target, maxrl_advantages, tailrl_advantages
+from tpo_gym.objectives.single import (
     batch_baseline_advantages,
     cross_entropy_loss,
     dg_gate,
@@ -90,7 +97,7 @@ from .single import (
     ppo_loss,
     reinforce_loss,
 )
-from .tpo import onehot_advantage_scores, standardize_scores, tpo_loss, tpo_target
+from tpo_gym.objectives.tpo import onehot_advantage_scores, standardize_scores, tpo_loss, tpo_target
 
 __all__ = [
     "STD_EPS",

@@ -8,8 +8,7 @@ import functools
 import torch
 
 from tpo_gym._validation import check_bool, check_float
-
-from ._checks import (
+from tpo_gym.objectives._checks import (
     _LOGP_HINT,
     _WIDE,
     _as_tensor,

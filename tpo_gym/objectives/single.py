@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tpo_gym._validation import check_float
-
-from ._checks import (
+from tpo_gym.objectives._checks import (
     _LOGP_HINT,
     _WIDE,
     _as_tensor,

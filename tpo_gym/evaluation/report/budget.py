@@ -39,7 +39,7 @@ def _queries_per_step(method: dict[str, Any], setting: dict[str, Any]) -> int | 
     token-level group method (K candidates scored at every visited state), 1 for a sequence-level group method
     and a single-sample one; ``None`` otherwise (MNIST, bandits, language models, one-hot candidates, a class
     not found)."""
-    from tpo_gym.agents.registry import AlgorithmReferenceError, is_sb3_algorithm, method_spec, resolve_algorithm
+    from tpo_gym.agents.common.registry import AlgorithmReferenceError, is_sb3_algorithm, method_spec, resolve_algorithm
 
     if setting["kind"] != "token" or method.get("imported"):
         return None

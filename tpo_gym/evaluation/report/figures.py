@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tpo_gym.agents.registry import method_spec, resolve_algorithm
+from tpo_gym.agents.common.registry import method_spec, resolve_algorithm
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._io import atomic_write_bytes
 from tpo_gym.evaluation.presets import Preset

@@ -7,11 +7,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from tpo_gym.agents.registry import AlgorithmReferenceError
+from tpo_gym.agents.common.registry import AlgorithmReferenceError
 from tpo_gym.evaluation._io import parse_json, read_json
+from tpo_gym.evaluation._manifest_index import imported_methods
 from tpo_gym.evaluation._provenance import restore_algorithms
 from tpo_gym.evaluation.derived import reapply_budget
-from tpo_gym.evaluation.importer import imported_methods
 from tpo_gym.evaluation.presets import (
     Preset,
     PresetError,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tpo_gym.agents.registry import reported_diagnostics
+from tpo_gym.agents.common.registry import reported_diagnostics
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 from tpo_gym.evaluation._provenance import distribution_text, git_commit, package_versions

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tpo_gym.agents.registry import reported_diagnostics
+from tpo_gym.agents.common.registry import reported_diagnostics
 from tpo_gym.evaluation import claims as C
 from tpo_gym.evaluation import metrics as M
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # presets imports this module's metric types
     from tpo_gym.evaluation.presets import Preset
 
 #: Diagnostics the agents log (docs/method.md section 5), as their classes declare them in the algorithm registry
-#: (:func:`~tpo_gym.agents.registry.reported_diagnostics`), and the tabular runs' ``misalignment``; reported
+#: (:func:`~tpo_gym.agents.common.registry.reported_diagnostics`), and the tabular runs' ``misalignment``; reported
 #: when present in the rows. (The report reads the registry as it stands: :func:`_diagnostic_keys`.)
 DIAGNOSTIC_KEYS = (*reported_diagnostics(), "misalignment")
 
