@@ -26,6 +26,7 @@ from tpo_gym._validation import check_bool, check_choice, check_device, check_fl
 from tpo_gym.agents import persistence
 from tpo_gym.agents.env_copies import reward_wrappers
 from tpo_gym.agents.env_setup import check_spaces, resolve_env
+from tpo_gym.agents.gaussian import GaussianMlpPolicy, check_box_agent
 from tpo_gym.agents.grouping import Grouping, resolve_grouping
 from tpo_gym.agents.lm import CausalLMPolicy, TextBatch
 from tpo_gym.agents.policies import CategoricalPolicy, MlpPolicy, TransformerPolicy
@@ -107,6 +108,7 @@ class AlgorithmBase(BaseAlgorithm):
         policy_class = self.policy_aliases.get(policy) if isinstance(policy, str) else policy
         self._text = isinstance(policy_class, type) and issubclass(policy_class, CausalLMPolicy)
         self._policy_name = policy if isinstance(policy, str) else getattr(policy, "__name__", str(policy))
+        self._policy_arg = policy_class
         if learning_rate is None:
             learning_rate = 1e-5 if self._text else 1e-3
         if not callable(learning_rate):
@@ -146,7 +148,7 @@ class AlgorithmBase(BaseAlgorithm):
             support_multi_env=True,
             monitor_wrapper=False,
             seed=seed,
-            supported_action_spaces=(spaces.Discrete, spaces.Text),
+            supported_action_spaces=(spaces.Discrete, spaces.Text, spaces.Box),
         )
         self._base_seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % (2**62))
         self._iteration = 0  # iterations since the last reset_num_timesteps=True (history index)
@@ -182,6 +184,8 @@ class AlgorithmBase(BaseAlgorithm):
     def _check_spaces(self, env: GymEnv) -> None:
         check_spaces(env, who=type(self).__name__, text_policy=self._text, policy_name=self._policy_name,
                      sampling=self.sampling)
+        if isinstance(env.action_space, spaces.Box):  # the Gaussian policy (tpo_gym.agents.gaussian)
+            check_box_agent(self, env.action_space, self._policy_arg)
 
     def choose_grouping(self, native: bool) -> Grouping:
         """The grouping of this method on an env with (``native``) or without the group API (subclasses with a
@@ -355,7 +359,10 @@ class AlgorithmBase(BaseAlgorithm):
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         extra = {"device": self.device} if self._text else {}
-        self.policy = self.policy_class(  # type: ignore[assignment]
+        policy_class = self.policy_class
+        if isinstance(self.action_space, spaces.Box) and policy_class is MlpPolicy:  # "MlpPolicy" on Box actions
+            policy_class = GaussianMlpPolicy
+        self.policy = policy_class(  # type: ignore[assignment]
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs, **extra
         )
         self.policy = self.policy.to(self.device)

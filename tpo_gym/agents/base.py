@@ -34,6 +34,7 @@ from tpo_gym._validation import check_bool, check_int
 from tpo_gym.agents import grouping as groups
 from tpo_gym.agents.algorithm_base import BUDGETS, LEVELS, AlgorithmBase
 from tpo_gym.agents.env_copies import reward_wrappers
+from tpo_gym.agents.gaussian import box_view, is_box_policy
 from tpo_gym.agents.grouping import Grouping
 from tpo_gym.agents.lm import TextBatch
 from tpo_gym.agents.sampling import RolloutBatch, collect_rollouts
@@ -161,7 +162,10 @@ class GroupAlgorithm(AlgorithmBase):
         return batch
 
     def view(self, logp: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-        """The log-probs the objective reads (:func:`~tpo_gym.agents.grouping.view` by this agent's grouping)."""
+        """The log-probs the objective reads (:func:`~tpo_gym.agents.grouping.view` by this agent's grouping; Box
+        actions: :func:`~tpo_gym.agents.gaussian.box_view`)."""
+        if is_box_policy(self.policy):
+            return box_view(self.require_grouping().kind, logp, batch, self.policy.length_normalize)
         return groups.view(self.require_grouping(), logp, batch)
 
     def needs_reference(self) -> bool:
@@ -212,7 +216,10 @@ class GroupAlgorithm(AlgorithmBase):
         return torch.ones(n_groups)
 
     def loss_from_logits(self, batch: RolloutBatch, prepared: Any, logits: torch.Tensor) -> torch.Tensor:
-        """The objective of one epoch from the policy's step logits ``[N, T, n_actions]`` of ``batch.obs``."""
+        """The objective of one epoch from the policy's step logits ``[N, T, n_actions]`` of ``batch.obs`` (Box
+        actions: the Gaussian's parameters, read at the batch's own actions)."""
+        if is_box_policy(self.policy):
+            return self.compute_loss(batch, prepared, self.view(self.policy.batch_log_probs(logits, batch), batch))
         return self.compute_loss(batch, prepared, self.view(torch.log_softmax(logits, dim=-1), batch))
 
     def begin_update(self) -> Update:

@@ -71,7 +71,7 @@ __all__ = [
 #: of a state scored: the supervised CE oracle).
 SAMPLINGS = ("group", "single", "oracle")
 #: The benchmark's run kinds an agent class can declare (``tabular_*`` also need :attr:`AlgorithmSpec.tabular`).
-RUN_KINDS = ("token", "mnist", "llm", "tabular_single", "tabular_multi")
+RUN_KINDS = ("token", "mnist", "llm", "tabular_single", "tabular_multi", "gym")
 #: Environment variable naming the algorithms registered from outside tpo_gym (``module:qualname,...``).
 ENV_VAR = "TPO_GYM_ALGORITHMS"
 #: The entry-point group through which an installed package publishes its agent classes by name.
@@ -363,8 +363,8 @@ def resolve_algorithm(reference: str) -> type:
 
 
 #: What a Stable-Baselines3 algorithm class is to the benchmark: one behaviour episode per context (a
-#: single-sample method), run in token and MNIST settings, logging no update diagnostics.
-SB3_SPEC = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), diagnostics=())
+#: single-sample method), run in token, MNIST and plain Gymnasium (``gym``) settings, logging no update diagnostics.
+SB3_SPEC = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "gym"), diagnostics=())
 
 
 def is_sb3_algorithm(cls: Any) -> bool:

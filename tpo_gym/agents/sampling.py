@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from gymnasium.envs.registration import EnvSpec
 
+from tpo_gym.agents.box_rollouts import collect_box_rollouts
 from tpo_gym.agents.env_copies import (
     _probe_horizon,
     _reward_credit,
@@ -312,6 +313,8 @@ def collect_rollouts(
     :param score_all_actions: also score every action at every state (the CE oracle).
     :param group_size: K > 1 to start rollouts in groups of K from one context (sequence level).
     """
+    if getattr(policy, "continuous", False):  # a Box action space: tpo_gym.agents.box_rollouts
+        return collect_box_rollouts(policy, env, seed, n_candidates, score_all_actions, group_size)  # type: ignore
     if env.on_device:
         return _collect_on_device(policy, env, seed, n_candidates, score_all_actions, group_size)
     venv = env.venv
@@ -403,7 +406,6 @@ def collect_rollouts(
         reward_credit=env.reward_credit,
         end_infos=end_infos,
     )
-
 
 
 def _collect_on_device(

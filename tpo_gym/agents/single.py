@@ -73,7 +73,7 @@ class PPO(_SingleSample):
     :param clip_range: ratio clip epsilon >= 0 (default 0.2).
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), clipped_surrogate=True)
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "gym"), clipped_surrogate=True)
 
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, clip_range: float = 0.2,
@@ -101,7 +101,7 @@ class REINFORCE(_SingleSample):
     :param baseline: ``"batch"``, ``"expected"`` or ``"standardized"``.
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single"), tabular="pg")
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "gym"), tabular="pg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected", "standardized")
 
     def __init__(
@@ -129,7 +129,7 @@ class DG(_SingleSample):
     :param baseline: ``"batch"`` or ``"expected"``.
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "tabular_multi"),
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "tabular_multi", "gym"),
                          tabular="dg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected")
 

@@ -11,6 +11,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 
 from tpo_gym._validation import check_bool, check_choice, check_float
 from tpo_gym.agents.base import GroupAlgorithm
+from tpo_gym.agents.gaussian import is_box_policy
 from tpo_gym.agents.grouping import Grouping, resolve_grouping
 from tpo_gym.agents.lm import entropy
 from tpo_gym.agents.policies import CategoricalPolicy
@@ -125,7 +126,7 @@ class TPO(GroupAlgorithm):
 
     spec = AlgorithmSpec(
         sampling="group", levels=("token", "sequence"), tabular="tpo",
-        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi"),
+        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi", "gym"),
         diagnostics=(
             *UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS,
             Diagnostic("mean_q_winners", "*winners* / *losers*: candidates above / below their group's mean score; "
@@ -191,10 +192,11 @@ class TPO(GroupAlgorithm):
         if self.require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
             diagnostics["entropy_q"] = entropy(torch.log(q.clamp(min=1e-30)))
             diagnostics["entropy_p_old"] = entropy(old)
-        if self.is_text and self.candidates == "sampled":
+        box_episodes = is_box_policy(self.policy) and self.require_grouping().kind == "rollouts"
+        if (self.is_text or box_episodes) and self.candidates == "sampled":  # summed log-probs of sequences
             collapsed = collapsed_target_fraction(q, scores, mask)
             diagnostics["collapsed_target_fraction"] = collapsed
-            self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models only
+            self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models and Box only
         return TargetBatch(q=q, mask=mask), diagnostics
 
     def _warn_if_collapsed(self, fraction: float) -> None:
@@ -203,6 +205,13 @@ class TPO(GroupAlgorithm):
             return
         self._collapse_warned = True
         policy = self.policy
+        if is_box_policy(policy):  # episodes of a Box action space: their length is the env's
+            settings = {"iteration": self.iteration, "length_normalize": policy.length_normalize,
+                        "horizon": self.get_rollout_env().horizon, "eta": self.eta}
+            warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True} (the "
+                                           "default for Box actions)", "episode (max_episode_steps)"),
+                          UserWarning, stacklevel=2)
+            return
         settings = {"iteration": self.iteration, "length_normalize": getattr(policy, "length_normalize", None),
                     "max_new_tokens": getattr(policy, "max_new_tokens", None), "eta": self.eta}
         warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True}",

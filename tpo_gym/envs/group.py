@@ -155,11 +155,13 @@ class SyncGroupVectorEnv(gym.vector.SyncVectorEnv):
         return super().reset(seed=seed, options=options or None)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
-        """Scores ``float32 [num_envs, K]`` of the candidates ``[num_envs, K]``, one row per copy."""
+        """Scores ``float32 [num_envs, K]`` of the candidates ``[num_envs, K, *action_shape]`` (``[num_envs, K]`` for
+        Discrete actions), one row per copy."""
         candidates = np.asarray(candidates)
-        if candidates.ndim != 2 or candidates.shape[0] != self.num_envs:
-            raise ValueError(f"candidates must be an array [num_envs={self.num_envs}, K], got shape {candidates.shape}")
-        scores = np.zeros(candidates.shape, np.float32)
+        if candidates.ndim < 2 or candidates.shape[0] != self.num_envs:
+            raise ValueError(f"candidates must be an array [num_envs={self.num_envs}, K, *action_shape], got shape "
+                             f"{candidates.shape}")
+        scores = np.zeros(candidates.shape[:2], np.float32)
         waiting = self._autoreset_envs if self.autoreset_mode == AutoresetMode.NEXT_STEP else np.zeros(
             self.num_envs, np.bool_)
         for i, env in enumerate(self.envs):
