@@ -250,8 +250,9 @@ def check_box_action_space(space: spaces.Space, who: str) -> None:
     low, high = np.asarray(space.low), np.asarray(space.high)
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         raise ValueError(f"{who}: the Box action space {space} is unbounded (low={low.tolist()}, "
-                         f"high={high.tolist()}); the Gaussian policy clips its actions to the bounds (or squashes into them with "
-                         "squash_output=True), so every bound must be finite: give the space finite low and high "
+                         f"high={high.tolist()}); the Gaussian policy clips its actions to the bounds (or squashes "
+                         "into them with squash_output=True), so every bound must be finite: give the space finite "
+                         "low and high "
                          "(e.g. gymnasium.wrappers.RescaleAction of a bounded space)")
 
 
