@@ -22,8 +22,8 @@ Kinds
     set) and ``error`` (training error, mean over the last ``eval_every`` iterations).
 ``gym``
     an agent (or a Stable-Baselines3 algorithm) on a plain Gymnasium env, e.g. ``Pendulum-v1`` with Box actions:
-    ``params = {"env_id", "env_kwargs"?, "timesteps", "window", "agent_kwargs"?, "policy"?}``; rows every
-    ``window`` env steps with ``return``, the mean training return (:mod:`~tpo_gym.evaluation.gym_runs`).
+    ``params = {"env_id", "env_kwargs"?, "steps", "window", "agent_kwargs"?, "policy"?}``: ``steps`` env steps;
+    rows every ``window`` env steps with ``return``, the mean training return (:mod:`~tpo_gym.evaluation.gym_runs`).
 """
 
 from __future__ import annotations

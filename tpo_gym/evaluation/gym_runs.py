@@ -1,12 +1,13 @@
 """The ``gym`` run kind: an agent on a plain Gymnasium env (e.g. ``Pendulum-v1``, Box actions), its return curve.
 
-``params = {"env_id", "env_kwargs"?, "timesteps", "window", "agent_kwargs"?, "policy"?}``. The agent (a tpo-gym
+``params = {"env_id", "env_kwargs"?, "steps", "window", "agent_kwargs"?, "policy"?}``. The agent (a tpo-gym
 agent built by :func:`~tpo_gym.evaluation.experiments.make_agent`, default policy ``"MlpPolicy"``, or a
 Stable-Baselines3 algorithm, ``"stable_baselines3:PPO"``, with the method row's ``kwargs`` as its constructor
 arguments, ``policy`` and ``n_envs`` among them as in :mod:`~tpo_gym.evaluation.sb3_runs`) trains for
-``timesteps`` env steps, and both are measured the same way, by one SB3 callback:
+``steps`` env steps (``learn(steps)``; ``tpo-gym bench --steps`` sets it), and both are measured the same way, by
+one SB3 callback:
 
-* one row per window of ``window`` env steps: ``step`` (the window's index, from 0), ``return`` (the mean
+* one row per window of ``window`` env steps (at most ``steps``): ``step`` (the window's index, from 0), ``return`` (the mean
   undiscounted return of the training episodes that ended in the window; the last window's where none did) and
   ``env_steps`` (env steps at the window's end);
 * the tpo-gym agents report every episode to callbacks as SB3's ``Monitor`` does (``infos[i]["episode"]``), SB3's
@@ -55,9 +56,10 @@ def run_gym(spec: dict[str, Any], sb3_class: type | None = None) -> list[dict[st
     from tpo_gym.evaluation.experiments import _make_env, make_agent
 
     p = spec["params"]
-    total, window = int(p["timesteps"]), int(p["window"])
-    if total < 1 or window < 1 or window > total:
-        raise ValueError(f"a gym setting needs 1 <= window <= timesteps, got window={window}, timesteps={total}")
+    total, window = int(p["steps"]), int(p["window"])
+    if total < 1 or window < 1:
+        raise ValueError(f"a gym setting needs steps >= 1 and window >= 1, got steps={total}, window={window}")
+    window = min(window, total)
     env_id, env_kwargs = p["env_id"], p.get("env_kwargs", {})
     seed = int(spec["seed"])
     if sb3_class is None:
