@@ -33,8 +33,8 @@ from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
-__all__ = ["GYM_SB3_FACTOR", "LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units",
-           "format_seconds"]
+__all__ = ["GYM_SB3_FACTOR", "LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds",
+           "run_units", "format_seconds"]
 
 #: Seconds per work unit of each run kind (see the module docstring), with where it was measured.
 SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
@@ -86,7 +86,7 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 150))
     if spec.kind == "tabular_multi":
         return float(p.get("steps", 1000))
-    if spec.kind == "gym":  # env steps (a Stable-Baselines3 algorithm, with its critic and minibatches: x GYM_SB3_FACTOR)
+    if spec.kind == "gym":  # env steps (x GYM_SB3_FACTOR for an SB3 algorithm: its critic, its minibatches)
         from tpo_gym.agents.registry import is_sb3_algorithm, resolve_algorithm
 
         return float(p.get("steps", 100_000)) * (GYM_SB3_FACTOR if is_sb3_algorithm(resolve_algorithm(spec.algo))

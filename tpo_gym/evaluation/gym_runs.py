@@ -7,9 +7,9 @@ arguments, ``policy`` and ``n_envs`` among them as in :mod:`~tpo_gym.evaluation.
 ``steps`` env steps (``learn(steps)``; ``tpo-gym bench --steps`` sets it), and both are measured the same way, by
 one SB3 callback:
 
-* one row per window of ``window`` env steps (at most ``steps``): ``step`` (the window's index, from 0), ``return`` (the mean
-  undiscounted return of the training episodes that ended in the window; the last window's where none did) and
-  ``env_steps`` (env steps at the window's end);
+* one row per window of ``window`` env steps (at most ``steps``): ``step`` (the window's index, from 0),
+  ``return`` (the mean undiscounted return of the training episodes that ended in the window; the last
+  window's where none did) and ``env_steps`` (env steps at the window's end);
 * the tpo-gym agents report every episode to callbacks as SB3's ``Monitor`` does (``infos[i]["episode"]``), SB3's
   algorithms through the ``Monitor`` of ``make_vec_env``: the same training returns, exploration noise included.
 """
