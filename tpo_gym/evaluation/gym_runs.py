@@ -8,8 +8,9 @@ arguments, ``policy`` and ``n_envs`` among them as in :mod:`~tpo_gym.evaluation.
 one SB3 callback:
 
 * one row per window of ``window`` env steps (at most ``steps``): ``step`` (the window's index, from 0),
-  ``return`` (the mean undiscounted return of the training episodes that ended in the window; the last
-  window's where none did) and ``env_steps`` (env steps at the window's end);
+  ``return`` (the mean undiscounted return of the training episodes that ended in the window; the window
+  before's where none did; the last window also takes the episodes of the last iteration, or SB3 rollout, that
+  end past ``steps``) and ``env_steps`` (env steps at the window's end);
 * the tpo-gym agents report every episode to callbacks as SB3's ``Monitor`` does (``infos[i]["episode"]``), SB3's
   algorithms through the ``Monitor`` of ``make_vec_env``: the same training returns, exploration noise included.
 """
@@ -27,8 +28,12 @@ __all__ = ["run_gym"]
 def _return_windows(window: int, total: int) -> Any:
     from stable_baselines3.common.callbacks import BaseCallback
 
+    n_windows = max(total // window, 1)
+
     class ReturnWindows(BaseCallback):
-        """Rows of a ``gym`` run: per window of ``window`` env steps, the mean return of the episodes that ended."""
+        """Rows of a ``gym`` run: per window of ``window`` env steps, the mean return of the episodes that ended in
+        it; the last window also takes the episodes that end past ``total`` (an iteration, or an SB3 rollout, runs
+        to its end)."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -36,17 +41,23 @@ def _return_windows(window: int, total: int) -> Any:
             self._returns: list[float] = []
             self._last = math.nan
 
+        def _close(self) -> None:
+            if self._returns:
+                self._last = float(np.mean(self._returns))
+            self._returns = []
+            self.rows.append({"step": len(self.rows), "return": self._last, "env_steps": (len(self.rows) + 1) * window})
+
         def _on_step(self) -> bool:
             for done, info in zip(self.locals["dones"], self.locals["infos"], strict=True):
                 if done and isinstance(info.get("episode"), dict):
                     self._returns.append(float(info["episode"]["r"]))
-            while (len(self.rows) + 1) * window <= min(self.num_timesteps, total):
-                if self._returns:
-                    self._last = float(np.mean(self._returns))
-                self._returns = []
-                self.rows.append({"step": len(self.rows), "return": self._last,
-                                  "env_steps": (len(self.rows) + 1) * window})
+            while len(self.rows) + 1 < n_windows and (len(self.rows) + 1) * window <= self.num_timesteps:
+                self._close()
             return True
+
+        def _on_training_end(self) -> None:
+            while len(self.rows) < n_windows:
+                self._close()
 
     return ReturnWindows()
 
