@@ -23,8 +23,10 @@ so sequence-level groups (K same-seed episodes) work exactly as on Discrete acti
 onto it (``collapsed_target_fraction`` near 1, no learning), and GRPO's sequence ratio leaves its clip range at
 the first step. ``length_normalize=True`` (the default for Box actions) divides each episode's summed
 log-probability by its length, :math:`\frac1{T}\sum_t \log\mathcal N(a_t; \mu(s_t), \sigma^2)`, which keeps the
-group's :math:`p^{old}` near uniform and the target on the scores (docs/agents/index.md, "Continuous actions",
-gives the measurement).
+group's :math:`p^{old}` near uniform and the target on the scores. Measured on Pendulum-v1 (TPO, B=8 reset seeds x
+K=4, Adam 1e-2, 50 iterations, seeds 0-2): summed, ``collapsed_target_fraction`` is 0.56-0.63 (the entropy of
+:math:`p^{old}` over a group 0.11 nats of a uniform 1.39) and the mean return gains 130; length-normalised it is 0
+(1.385 nats) and the return gains 506 (docs/agents/index.md, "Continuous actions", has the table).
 """
 
 from __future__ import annotations
@@ -97,8 +99,10 @@ class GaussianMlpPolicy(MlpPolicy):
     :param squash_output: squash the Gaussian sample into the bounds with ``tanh`` (SB3's ``squash_output``)
         instead of clipping it (default ``False``: clip, as SB3's PPO by default).
     :param length_normalize: sequence-level groups compare episodes by their log-probability divided by their
-        length (default ``True``; ``False``: the summed log-probability). Single-sample methods and per-state
-        groups read per-step log-probabilities, which this does not change.
+        length (default ``True``: summed over long episodes, the log-probs of a group's episodes differ by tens of
+        nats and TPO's target collapses onto ``p_old``, see the module docstring; ``False``: the summed
+        log-probability). Single-sample methods and per-state groups read per-step log-probabilities, which this
+        does not change.
     """
 
     #: Acts in a Box action space (the rollouts dispatch on it: :mod:`tpo_gym.agents.box_rollouts`).

@@ -107,11 +107,12 @@ class TPO(GroupAlgorithm):
     * ``TPO(anchor=False)``: the TPO-no-anchor ablation, ``q = softmax(u / eta)``.
 
     Diagnostics in ``history`` / the logger: ``zero_variance_fraction``, ``all_fail_fraction``,
-    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``; on language models also
-    ``entropy_q``, ``entropy_p_old`` and ``collapsed_target_fraction``
+    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``; on language models (and on episodes of a
+    Box action space, sequence level) also ``entropy_q``, ``entropy_p_old`` and ``collapsed_target_fraction``
     (:func:`collapsed_target_fraction`). When most informative groups of an iteration have a collapsed
     target, a ``UserWarning`` (once per agent) says so and names the remedies: ``length_normalize=True``,
-    a larger ``eta``, shorter ``max_new_tokens``.
+    a larger ``eta``, shorter ``max_new_tokens`` (on Box actions ``length_normalize=True`` is the default:
+    :mod:`tpo_gym.agents.gaussian`).
 
     :param eta: temperature of the target, > 0 (default 1).
     :param anchor: keep the ``p_old`` anchor of the target (default); ``False`` is the ablation.
