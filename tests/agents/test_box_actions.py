@@ -207,6 +207,12 @@ def test_save_load_round_trip_gives_identical_predictions_and_training(squash: b
     model.learn(800, reset_num_timesteps=False)
     loaded.learn(800, reset_num_timesteps=False)
     assert model.history == loaded.history  # the optimiser state and rollout seeds came back too
+    policy_file = io.BytesIO()
+    model.policy.save(policy_file)  # the policy alone: plain settings and weights_only tensors
+    policy_file.seek(0)
+    policy = GaussianMlpPolicy.load(policy_file)
+    assert policy.squash_output is squash and policy.length_normalize
+    np.testing.assert_array_equal(policy.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
 
 
 def test_seed_batch_trains_box_agents_as_they_train_alone() -> None:

@@ -11,7 +11,8 @@ exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`,
 
    the reward each of K candidate actions would receive if taken *now*, at the current state,
    without advancing, copying or mutating the env and without touching its RNG. Bandits / MNIST:
-   K arms / labels (int array ``[K]``) for the current context. Token tasks: K candidate next tokens
+   K arms / labels (int array ``[K]``) for the current context. A ``Box`` action space: K actions, a float array
+   ``[K, *action_shape]`` (a vector env: ``[N, K, *action_shape]``). Token tasks: K candidate next tokens
    at the current prefix (sequential reward: the candidate's correctness times the prefix product;
    terminal: nonzero only at the last step and only if the prefix is all correct). ReasoningGym: a
    list of K completion strings. Calling it with no episode in progress raises ``RuntimeError``.
@@ -117,8 +118,8 @@ class SyncGroupVectorEnv(gym.vector.SyncVectorEnv):
     """The vector form of a single group env (:class:`GroupEnv`): a ``SyncVectorEnv`` of its copies with the
     group API of vector envs (:class:`GroupVectorEnv`), for envs that have no native vector form.
 
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` calls each copy's
-    ``unwrapped.score_candidates`` on its row (a copy waiting for its ``NEXT_STEP`` autoreset scores 0, as
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` (``[num_envs, K, *action_shape]`` for a
+    ``Box``) calls each copy's ``unwrapped.score_candidates`` on its row (a copy waiting for its ``NEXT_STEP`` autoreset scores 0, as
     stepping it pays). ``reset(seed=s, options={"group_size": G})`` gives sub-env ``i`` the seed
     ``s + i // G`` (``s`` drawn from the vector env's RNG when ``None``), so each group of G copies starts
     from one context when the env's context is a function of its seed (what :func:`~tpo_gym.envs.check_group_env`
