@@ -116,7 +116,7 @@ def test_predict_single_and_batched() -> None:
         (lambda: DG("MlpPolicy", bandit_env(), eta=float("nan")), r"eta must be a finite number > 0"),
         (lambda: TPO("CnnPolicy", bandit_env()),
          r"unknown policy alias 'CnnPolicy'; allowed: \['CausalLMPolicy', 'MlpPolicy'"),
-        (lambda: TPO("MlpPolicy", "MountainCarContinuous-v0"), r"supports only Discrete action spaces, got Box"),
+        (lambda: TPO("TransformerPolicy", "MountainCarContinuous-v0"), r"a Box action space needs policy='MlpPolicy'"),
         (lambda: TPO("MlpPolicy", bandit_env(), level="word"), r"level must be one of \['auto', 'token'"),
         (lambda: TPO("MlpPolicy", bandit_env(), budget="x"), r"budget must be one of \['prompt', 'interaction'\]"),
         (lambda: TPO("MlpPolicy", bandit_env(), candidates="all"), r"candidates must be one of"),

@@ -51,6 +51,8 @@ def check_group_env(
     is the action taken) and episodes reset with ``seed``:
 
     * it has ``score_candidates``, and ``reward_credit`` (if set) is ``"step"`` or ``"episode"``;
+    * a ``Box`` action space is bounded (finite ``low`` / ``high``) and of a floating dtype, as the agents' Gaussian
+      policy needs; its candidates are an array ``[K, *action_shape]`` of actions in the bounds;
     * ``score_candidates`` returns a finite float32 array of shape ``[K]`` (another dtype, float64 too, raises),
       the same on a second call at the same state, and candidate 0's score equals the reward ``step`` then
       pays for it, at every step of the episode;
@@ -65,7 +67,8 @@ def check_group_env(
 
     A **vector env** (:class:`~tpo_gym.envs.group.GroupVectorEnv`; Gymnasium has no checker for these):
     ``observation_space`` / ``action_space`` are ``batch_space`` of the single spaces; the same checks per
-    sub-env with scores ``[num_envs, K]`` up to the first step that ends an episode (whose ``info`` has
+    sub-env with scores ``[num_envs, K]`` (candidates ``[num_envs, K]``, or ``[num_envs, K, *action_shape]`` for a
+    ``Box``) up to the first step that ends an episode (whose ``info`` has
     ``score`` / ``error`` with their ``_score`` / ``_error`` masks); ``reset(options={"group_size": G})``
     gives each group of G sub-envs one context (same observations, same scores for the same candidates);
     a ``group_size`` that does not divide ``num_envs`` raises ``ValueError``. Torch outputs (the on-device
@@ -125,6 +128,19 @@ def _numpy(x: Any) -> Any:
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         return x.detach().cpu().numpy()
     return x
+
+
+def _check_action_space(space: Any, name: str) -> None:
+    """A Box action space must be bounded and of a floating dtype: the agents' Gaussian policy samples real actions
+    and clips them to the bounds (tpo_gym.agents.policies.gaussian)."""
+    if not isinstance(space, spaces.Box):
+        return
+    if not np.issubdtype(space.dtype, np.floating):
+        raise GroupEnvError(f"{name}.action_space {space} has dtype {space.dtype}: a Box action space needs a floating "
+                            "dtype (the agents sample real-valued actions); use Discrete for integer actions")
+    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        raise GroupEnvError(f"{name}.action_space {space} is unbounded: a Box action space needs finite low and high "
+                            "(the agents clip their Gaussian actions to the bounds)")
 
 
 def _check_reward_credit(env: Any, name: str) -> None:
@@ -220,7 +236,7 @@ def _episode(env: Any, name: str, seed: int, candidates: Any, vector: bool, max_
     """
     obs, _ = env.reset(seed=seed)
     action = candidates[:, 0] if vector else candidates[0]
-    shape = np.shape(candidates) if vector else (len(candidates),)
+    shape = np.shape(candidates)[:2] if vector else (len(candidates),)  # Box candidates: [N, K, *action_shape]
     out = []
     for t in range(max_steps):
         scores = None
@@ -279,6 +295,7 @@ def _check_single(env: gym.Env[Any, Any], k: int | None, seed: int, max_steps: i
                             "(level='sequence')")
     check_env(env, skip_render_check=skip_render_check)
     _check_reward_credit(env, name)
+    _check_action_space(env.action_space, name)
     candidates = _candidates(env.action_space, k, seed, None)
     env.reset(seed=seed)
     _scores(env, name, candidates, (len(candidates),), f"after reset(seed={seed})")
@@ -322,9 +339,10 @@ def _check_vector(env: gym.vector.VectorEnv, k: int | None, seed: int, max_steps
             raise GroupEnvError(f"{name}.{kind}_space must be batch_space(single_{kind}_space, num_envs={n}) (as "
                                 f"SyncVectorEnv's), got {getattr(env, f'{kind}_space', None)}")
     _check_reward_credit(env, name)
+    _check_action_space(env.single_action_space, name)
     candidates = _candidates(env.single_action_space, k, seed, n)
     env.reset(seed=seed)
-    _scores(env, name, candidates, candidates.shape, f"after reset(seed={seed})")
+    _scores(env, name, candidates, candidates.shape[:2], f"after reset(seed={seed})")
     first = _episode(env, name, seed, candidates, True, max_steps, score=True)
     _compare_episodes(name, seed, first, _episode(env, name, seed, candidates, True, max_steps, score=True),
                       "a second reset with the same seed")
@@ -374,7 +392,7 @@ def _check_groups(env: gym.vector.VectorEnv, name: str, n: int, seed: int, candi
             raise GroupEnvError(f"{name}.reset(options={{'group_size': {g}}}): sub-envs {leaders[i]} and {i} are in "
                                 "one group but got different observations (a group shares one context)")
     shared = candidates[leaders]
-    scores = _scores(env, name, shared, shared.shape, f"after reset(options={{'group_size': {g}}})")
+    scores = _scores(env, name, shared, shared.shape[:2], f"after reset(options={{'group_size': {g}}})")
     if not np.array_equal(scores, scores[leaders]):
         raise GroupEnvError(f"{name}.reset(options={{'group_size': {g}}}): sub-envs of one group gave different scores "
                             "for the same candidates (a group shares one context)")

@@ -11,7 +11,8 @@ exposes that in three ways; this contract is relied on by :mod:`tpo_gym.agents`,
 
    the reward each of K candidate actions would receive if taken *now*, at the current state,
    without advancing, copying or mutating the env and without touching its RNG. Bandits / MNIST:
-   K arms / labels (int array ``[K]``) for the current context. Token tasks: K candidate next tokens
+   K arms / labels (int array ``[K]``) for the current context. A ``Box`` action space: K actions, a float array
+   ``[K, *action_shape]`` (a vector env: ``[N, K, *action_shape]``). Token tasks: K candidate next tokens
    at the current prefix (sequential reward: the candidate's correctness times the prefix product;
    terminal: nonzero only at the last step and only if the prefix is all correct). ReasoningGym: a
    list of K completion strings. Calling it with no episode in progress raises ``RuntimeError``.
@@ -117,9 +118,9 @@ class SyncGroupVectorEnv(gym.vector.SyncVectorEnv):
     """The vector form of a single group env (:class:`GroupEnv`): a ``SyncVectorEnv`` of its copies with the
     group API of vector envs (:class:`GroupVectorEnv`), for envs that have no native vector form.
 
-    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` calls each copy's
-    ``unwrapped.score_candidates`` on its row (a copy waiting for its ``NEXT_STEP`` autoreset scores 0, as
-    stepping it pays). ``reset(seed=s, options={"group_size": G})`` gives sub-env ``i`` the seed
+    ``score_candidates(int [num_envs, K]) -> float32 [num_envs, K]`` (``[num_envs, K, *action_shape]`` for a
+    ``Box``) calls each copy's ``unwrapped.score_candidates`` on its row (a copy waiting for its ``NEXT_STEP``
+    autoreset scores 0, as stepping it pays). ``reset(seed=s, options={"group_size": G})`` gives sub-env ``i`` the seed
     ``s + i // G`` (``s`` drawn from the vector env's RNG when ``None``), so each group of G copies starts
     from one context when the env's context is a function of its seed (what :func:`~tpo_gym.envs.check_group_env`
     checks); the episodes that follow an autoreset are not shared. A sequence of seeds is passed as it is.
@@ -155,11 +156,13 @@ class SyncGroupVectorEnv(gym.vector.SyncVectorEnv):
         return super().reset(seed=seed, options=options or None)
 
     def score_candidates(self, candidates: Any) -> np.ndarray:
-        """Scores ``float32 [num_envs, K]`` of the candidates ``[num_envs, K]``, one row per copy."""
+        """Scores ``float32 [num_envs, K]`` of the candidates ``[num_envs, K, *action_shape]`` (``[num_envs, K]`` for
+        Discrete actions), one row per copy."""
         candidates = np.asarray(candidates)
-        if candidates.ndim != 2 or candidates.shape[0] != self.num_envs:
-            raise ValueError(f"candidates must be an array [num_envs={self.num_envs}, K], got shape {candidates.shape}")
-        scores = np.zeros(candidates.shape, np.float32)
+        if candidates.ndim < 2 or candidates.shape[0] != self.num_envs:
+            raise ValueError(f"candidates must be an array [num_envs={self.num_envs}, K, *action_shape], got shape "
+                             f"{candidates.shape}")
+        scores = np.zeros(candidates.shape[:2], np.float32)
         waiting = self._autoreset_envs if self.autoreset_mode == AutoresetMode.NEXT_STEP else np.zeros(
             self.num_envs, np.bool_)
         for i, env in enumerate(self.envs):

@@ -13,6 +13,7 @@ kind               work units of one run                                      me
 ``mnist``           steps x B x (1 + epochs)                                   ``mnist``
 ``llm``             steps x B x K x max_new_tokens x (1 + 2 epochs), plus a     SmolLM2 timings (§9),
                    fixed per-run cost (model load, held-out evaluations)      ``llm-smoke`` runs
+``gym``             env steps (x 15 for a Stable-Baselines3 algorithm)         ``continuous`` (short)
 =================  =========================================================  ======================
 
 Rollouts per episode: B, or B*K for sequence-level grouped methods and for single-sample methods
@@ -32,8 +33,8 @@ from typing import Any
 
 from tpo_gym.evaluation.presets import Preset, RunSpec
 
-__all__ = ["LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds", "run_units",
-           "format_seconds"]
+__all__ = ["GYM_SB3_FACTOR", "LLM_RUN_OVERHEAD_S", "SECONDS_PER_UNIT", "CostEstimate", "estimate_preset", "run_seconds",
+           "run_units", "format_seconds"]
 
 #: Seconds per work unit of each run kind (see the module docstring), with where it was measured.
 SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
@@ -41,9 +42,14 @@ SECONDS_PER_UNIT: dict[str, tuple[float, str]] = {
     "tabular_multi": (1.76e-4, "tabular-multi report: 70.4 s over 400 runs x 1000 steps"),
     "token": (2.27e-5, "table1 + table3 reports: 11,940 s over 5.27e8 units"),
     "mnist": (2.61e-5, "mnist report: 2,735 s over 1.05e8 units"),
+    "gym": (2.0e-4, "continuous preset, 51,200 Pendulum-v1 steps: TPO / GRPO / PPO (ours) 8.6-16.9 s"),
     "llm": (6.4e-3, "SmolLM2-135M on 2 threads (docs/method.md section 9): 4 x 8 x 64 tokens generate in ~10 s, "
                     "forward + backward ~22 s"),
 }
+
+#: How many times slower a Stable-Baselines3 algorithm's env step is than a tpo-gym agent's in a ``gym`` run.
+#: Measured on ``continuous``: SB3's PPO (rl-zoo Pendulum settings) took 158 s over 51,200 Pendulum-v1 steps.
+GYM_SB3_FACTOR = 15.0
 
 #: Fixed seconds of one ``llm`` run besides its training steps: loading the model and tokenizer and
 #: scoring the held-out prompts before, during and after training. Measured on the 2-core machine:
@@ -80,6 +86,11 @@ def run_units(spec: RunSpec) -> float:
         return float(p.get("steps", 150))
     if spec.kind == "tabular_multi":
         return float(p.get("steps", 1000))
+    if spec.kind == "gym":  # env steps (x GYM_SB3_FACTOR for an SB3 algorithm: its critic, its minibatches)
+        from tpo_gym.agents.registry import is_sb3_algorithm, resolve_algorithm
+
+        return float(p.get("steps", 100_000)) * (GYM_SB3_FACTOR if is_sb3_algorithm(resolve_algorithm(spec.algo))
+                                                     else 1.0)
     batch, epochs = int(_arg(spec, "batch_size")), int(_arg(spec, "n_epochs"))
     if spec.kind == "llm":  # generated tokens x (generate + old log-probs + forward/backward per epoch)
         tokens = int(p.get("policy_kwargs", {}).get("max_new_tokens", 64))

@@ -141,7 +141,7 @@ def override_budget(preset: Preset, episodes: int | None = None, steps: int | No
             before.setdefault(s["name"], setting_budget(s))  # a second override keeps the first budget
             s.setdefault("params", {})[key] = given[key]
     for key in sorted(set(given) - used):
-        kinds = "token settings" if key == "episodes" else "MNIST, tabular and llm settings"
+        kinds = "token settings" if key == "episodes" else "MNIST, tabular, llm and gym settings"
         raise PresetError(f"--{key} {given[key]}: no selected setting of preset {preset.name!r} takes it (--{key} "
                           f"sets the budget of {kinds}; the selection: "
                           f"{', '.join(sorted({s['kind'] for s in data['settings']}))})")

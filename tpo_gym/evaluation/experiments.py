@@ -20,6 +20,10 @@ Kinds
     an agent on ``tpo_gym/MNISTBandit-v0``: ``params = {"steps", "eval_every", "agent_kwargs",
     "policy"?}``; rows every ``eval_every`` steps with ``test_error`` (greedy argmax on the 10k test
     set) and ``error`` (training error, mean over the last ``eval_every`` iterations).
+``gym``
+    an agent (or a Stable-Baselines3 algorithm) on a plain Gymnasium env, e.g. ``Pendulum-v1`` with Box actions:
+    ``params = {"env_id", "env_kwargs"?, "steps", "window", "agent_kwargs"?, "policy"?}``: ``steps`` env steps;
+    rows every ``window`` env steps with ``return``, the mean training return (:mod:`~tpo_gym.evaluation.gym_runs`).
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def _run_tabular_multi(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 #: Policy of each agent run kind unless the setting's ``params["policy"]`` names another.
-DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy", "llm": "CausalLMPolicy"}
+DEFAULT_POLICY = {"token": "TransformerPolicy", "mnist": "MlpPolicy", "llm": "CausalLMPolicy", "gym": "MlpPolicy"}
 
 
 def make_agent(
@@ -151,6 +155,12 @@ def _run_token_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def _run_token(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return _run_token_seeds([spec])[0]
+
+
+def _run_gym(spec: dict[str, Any], sb3_class: type | None) -> list[dict[str, Any]]:
+    from tpo_gym.evaluation.gym_runs import run_gym
+
+    return run_gym(spec, sb3_class, make_agent)
 
 
 def _run_mnist_seeds(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -266,6 +276,7 @@ _KIND_FUNCS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "token": _run_token,
     "mnist": _run_mnist,
     "llm": _run_llm,
+    "gym": lambda spec: _run_gym(spec, None),
 }
 #: Every run kind a preset setting may name.
 RUN_KINDS: tuple[str, ...] = tuple(_KIND_FUNCS)
@@ -304,6 +315,8 @@ def _run_one(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of one run: a Stable-Baselines3 algorithm through :func:`~tpo_gym.evaluation.sb3_runs.run_sb3`,
     anything else through its kind's function."""
     cls = _sb3_class(spec)
+    if spec["kind"] == "gym":  # tpo-gym agents and SB3 algorithms alike
+        return _run_gym(spec, cls)
     if cls is not None:
         from tpo_gym.evaluation.sb3_runs import run_sb3
 
@@ -315,7 +328,7 @@ def _sb3_class(spec: dict[str, Any]) -> type | None:
     """The Stable-Baselines3 class ``spec["algo"]`` names, or ``None`` for tpo-gym's own agents."""
     from tpo_gym.agents.common.registry import AlgorithmReferenceError, is_sb3_algorithm, resolve_algorithm
 
-    if spec.get("kind") not in ("token", "mnist") or not isinstance(spec.get("algo"), str):
+    if spec.get("kind") not in ("token", "mnist", "gym") or not isinstance(spec.get("algo"), str):
         return None
     try:
         cls = resolve_algorithm(spec["algo"])

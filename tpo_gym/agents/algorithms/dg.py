@@ -31,7 +31,7 @@ class DG(SingleSampleAlgorithm):
     :param baseline: ``"batch"`` or ``"expected"``.
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "tabular_multi"),
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "tabular_multi", "gym"),
                          tabular="dg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected")
 

@@ -45,7 +45,7 @@ class GroupPG(GroupAlgorithm):
 
     spec = AlgorithmSpec(
         sampling="group", levels=("token", "sequence"), tabular="group_pg",
-        run_kinds=("token", "mnist", "llm", "tabular_single"),
+        run_kinds=("token", "mnist", "llm", "tabular_single", "gym"),
         diagnostics=(*UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS, *TEXT_DIAGNOSTICS),
     )
 

@@ -50,7 +50,7 @@ class GRPO(GroupAlgorithm):
 
     spec = AlgorithmSpec(
         sampling="group", levels=("token", "sequence"), tabular="grpo", clipped_surrogate=True,
-        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi"),
+        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi", "gym"),
         diagnostics=(*UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS, Diagnostic("mean_abs_adv_winners"),
                      Diagnostic("mean_abs_adv_losers"), *TEXT_DIAGNOSTICS),
     )

@@ -34,7 +34,7 @@ class PPO(SingleSampleAlgorithm):
     :param clip_range: ratio clip epsilon >= 0 (default 0.2).
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), clipped_surrogate=True)
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "gym"), clipped_surrogate=True)
 
     def __init__(
         self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, *, clip_range: float = 0.2,

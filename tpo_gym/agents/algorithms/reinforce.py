@@ -32,7 +32,7 @@ class REINFORCE(SingleSampleAlgorithm):
     :param baseline: ``"batch"``, ``"expected"`` or ``"standardized"``.
     """
 
-    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single"), tabular="pg")
+    spec = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "tabular_single", "gym"), tabular="pg")
     baselines: ClassVar[tuple[str, ...]] = ("batch", "expected", "standardized")
 
     def __init__(

@@ -24,6 +24,7 @@ from tpo_gym.agents.common.sampling import RolloutBatch
 from tpo_gym.agents.common.update import TargetBatch
 from tpo_gym.agents.lm.policy import entropy
 from tpo_gym.agents.policies.categorical import CategoricalPolicy
+from tpo_gym.agents.policies.gaussian import is_box_policy
 from tpo_gym.objectives import kl_penalty, standardize_scores, tpo_loss, tpo_target
 
 __all__ = ["TPO", "collapsed_target_fraction", "collapse_warning", "COLLAPSE_Q", "COLLAPSE_WARN_FRACTION"]
@@ -106,11 +107,12 @@ class TPO(GroupAlgorithm):
     * ``TPO(anchor=False)``: the TPO-no-anchor ablation, ``q = softmax(u / eta)``.
 
     Diagnostics in ``history`` / the logger: ``zero_variance_fraction``, ``all_fail_fraction``,
-    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``; on language models also
-    ``entropy_q``, ``entropy_p_old`` and ``collapsed_target_fraction``
+    ``any_success_fraction``, ``mean_q_winners``, ``mean_q_losers``; on language models (and on episodes of a
+    Box action space, sequence level) also ``entropy_q``, ``entropy_p_old`` and ``collapsed_target_fraction``
     (:func:`collapsed_target_fraction`). When most informative groups of an iteration have a collapsed
     target, a ``UserWarning`` (once per agent) says so and names the remedies: ``length_normalize=True``,
-    a larger ``eta``, shorter ``max_new_tokens``.
+    a larger ``eta``, shorter ``max_new_tokens`` (on Box actions ``length_normalize=True`` is the default:
+    :mod:`tpo_gym.agents.policies.gaussian`).
 
     :param eta: temperature of the target, > 0 (default 1).
     :param anchor: keep the ``p_old`` anchor of the target (default); ``False`` is the ablation.
@@ -125,7 +127,7 @@ class TPO(GroupAlgorithm):
 
     spec = AlgorithmSpec(
         sampling="group", levels=("token", "sequence"), tabular="tpo",
-        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi"),
+        run_kinds=("token", "mnist", "llm", "tabular_single", "tabular_multi", "gym"),
         diagnostics=(
             *UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS,
             Diagnostic("mean_q_winners", "*winners* / *losers*: candidates above / below their group's mean score; "
@@ -191,10 +193,11 @@ class TPO(GroupAlgorithm):
         if self.require_grouping().kind == "rollouts":  # sequence groups: is p_old (and so q) near one-hot?
             diagnostics["entropy_q"] = entropy(torch.log(q.clamp(min=1e-30)))
             diagnostics["entropy_p_old"] = entropy(old)
-        if self.is_text and self.candidates == "sampled":
+        box_episodes = is_box_policy(self.policy) and self.require_grouping().kind == "rollouts"
+        if (self.is_text or box_episodes) and self.candidates == "sampled":  # summed log-probs of sequences
             collapsed = collapsed_target_fraction(q, scores, mask)
             diagnostics["collapsed_target_fraction"] = collapsed
-            self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models only
+            self._warn_if_collapsed(float(collapsed))  # one read-back per iteration, language models and Box only
         return TargetBatch(q=q, mask=mask), diagnostics
 
     def _warn_if_collapsed(self, fraction: float) -> None:
@@ -203,6 +206,13 @@ class TPO(GroupAlgorithm):
             return
         self._collapse_warned = True
         policy = self.policy
+        if is_box_policy(policy):  # episodes of a Box action space: their length is the env's
+            settings = {"iteration": self.iteration, "length_normalize": policy.length_normalize,
+                        "horizon": self.get_rollout_env().horizon, "eta": self.eta}
+            warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True} (the "
+                                           "default for Box actions)", "episode (max_episode_steps)"),
+                          UserWarning, stacklevel=2)
+            return
         settings = {"iteration": self.iteration, "length_normalize": getattr(policy, "length_normalize", None),
                     "max_new_tokens": getattr(policy, "max_new_tokens", None), "eta": self.eta}
         warnings.warn(collapse_warning(fraction, settings, "policy_kwargs={'length_normalize': True}",

@@ -40,6 +40,7 @@ from tpo_gym.agents.common.sb3_conventions import check_n_threads, check_tensorb
 from tpo_gym.agents.lm.policy import CausalLMPolicy
 from tpo_gym.agents.lm.text_rollouts import TextBatch
 from tpo_gym.agents.policies.categorical import CategoricalPolicy, MlpPolicy
+from tpo_gym.agents.policies.gaussian import GaussianMlpPolicy, check_box_agent
 from tpo_gym.agents.policies.transformer import TransformerPolicy
 
 __all__ = ["AlgorithmBase", "LEVELS", "BUDGETS"]
@@ -109,6 +110,7 @@ class AlgorithmBase(BaseAlgorithm):
         policy_class = self.policy_aliases.get(policy) if isinstance(policy, str) else policy
         self._text = isinstance(policy_class, type) and issubclass(policy_class, CausalLMPolicy)
         self._policy_name = policy if isinstance(policy, str) else getattr(policy, "__name__", str(policy))
+        self._policy_arg = policy_class
         if learning_rate is None:
             learning_rate = 1e-5 if self._text else 1e-3
         if not callable(learning_rate):
@@ -148,7 +150,7 @@ class AlgorithmBase(BaseAlgorithm):
             support_multi_env=True,
             monitor_wrapper=False,
             seed=seed,
-            supported_action_spaces=(spaces.Discrete, spaces.Text),
+            supported_action_spaces=(spaces.Discrete, spaces.Text, spaces.Box),
         )
         self._base_seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % (2**62))
         self._iteration = 0  # iterations since the last reset_num_timesteps=True (history index)
@@ -184,6 +186,8 @@ class AlgorithmBase(BaseAlgorithm):
     def _check_spaces(self, env: GymEnv) -> None:
         check_spaces(env, who=type(self).__name__, text_policy=self._text, policy_name=self._policy_name,
                      sampling=self.sampling)
+        if isinstance(env.action_space, spaces.Box):  # the Gaussian policy (tpo_gym.agents.policies.gaussian)
+            check_box_agent(self, env.action_space, self._policy_arg)
 
     def choose_grouping(self, native: bool) -> Grouping:
         """The grouping of this method on an env with (``native``) or without the group API (subclasses with a
@@ -357,7 +361,10 @@ class AlgorithmBase(BaseAlgorithm):
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         extra = {"device": self.device} if self._text else {}
-        self.policy = self.policy_class(  # type: ignore[assignment]
+        policy_class = self.policy_class
+        if isinstance(self.action_space, spaces.Box) and policy_class is MlpPolicy:  # "MlpPolicy" on Box actions
+            policy_class = GaussianMlpPolicy
+        self.policy = policy_class(  # type: ignore[assignment]
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs, **extra
         )
         self.policy = self.policy.to(self.device)

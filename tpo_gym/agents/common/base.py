@@ -46,6 +46,7 @@ from tpo_gym.agents.common.sb3_conventions import (
 )
 from tpo_gym.agents.common.update import Update, accumulate_text_gradients, resolve_records, run_epochs
 from tpo_gym.agents.lm.text_rollouts import TextBatch, collect_text_rollouts
+from tpo_gym.agents.policies.gaussian import box_view, is_box_policy
 
 __all__ = ["GroupAlgorithm", "Grouping", "resolve_records", "LEVELS", "BUDGETS"]
 
@@ -160,7 +161,10 @@ class GroupAlgorithm(AlgorithmBase):
         return batch
 
     def view(self, logp: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-        """The log-probs the objective reads (:func:`~tpo_gym.agents.common.grouping.view` by this agent's grouping)."""
+        """The log-probs the objective reads (:func:`~tpo_gym.agents.common.grouping.view` by this agent's grouping; Box
+        actions: :func:`~tpo_gym.agents.policies.gaussian.box_view`)."""
+        if is_box_policy(self.policy):
+            return box_view(self.require_grouping().kind, logp, batch, self.policy.length_normalize)
         return groups.view(self.require_grouping(), logp, batch)
 
     def needs_reference(self) -> bool:
@@ -211,7 +215,10 @@ class GroupAlgorithm(AlgorithmBase):
         return torch.ones(n_groups)
 
     def loss_from_logits(self, batch: RolloutBatch, prepared: Any, logits: torch.Tensor) -> torch.Tensor:
-        """The objective of one epoch from the policy's step logits ``[N, T, n_actions]`` of ``batch.obs``."""
+        """The objective of one epoch from the policy's step logits ``[N, T, n_actions]`` of ``batch.obs`` (Box
+        actions: the Gaussian's parameters, read at the batch's own actions)."""
+        if is_box_policy(self.policy):
+            return self.compute_loss(batch, prepared, self.view(self.policy.batch_log_probs(logits, batch), batch))
         return self.compute_loss(batch, prepared, self.view(torch.log_softmax(logits, dim=-1), batch))
 
     def begin_update(self) -> Update:

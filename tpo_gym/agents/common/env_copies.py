@@ -259,6 +259,8 @@ def _probe_horizon(venv: gym.vector.VectorEnv, limit: int = _MAX_PROBE_STEPS) ->
     """Length of the episodes of a fixed-length env (reset, step action 0 until one ends)."""
     venv.reset(seed=0)
     zeros = np.zeros(venv.num_envs, dtype=np.int64)
+    if isinstance(space := getattr(venv, "single_action_space", None), gym.spaces.Box):  # 0 clipped to the bounds
+        zeros = np.broadcast_to(np.clip(0, space.low, space.high), venv.action_space.shape).astype(space.dtype)
     for t in range(1, limit + 1):
         _, _, term, trunc, _ = venv.step(zeros)
         if np.any(term | trunc):

@@ -104,16 +104,16 @@ def check_spaces(env: GymEnv, *, who: str, text_policy: bool, policy_name: str, 
     if text and not text_policy:
         raise ValueError(
             f"a text env (Text observations and actions) needs policy='CausalLMPolicy'; got {policy_name} "
-            "(MlpPolicy / TransformerPolicy take Discrete actions)"
+            "(MlpPolicy / TransformerPolicy take Discrete actions, MlpPolicy Box actions too)"
         )
     if text_policy:
         if sampling != "group":
             raise ValueError(f"{who} does not train language models; use TPO, GRPO or GroupPG")
         return
-    if not isinstance(env.action_space, spaces.Discrete):
+    if not isinstance(env.action_space, (spaces.Discrete, spaces.Box)):
         raise ValueError(
-            f"{who} supports only Discrete action spaces, got {env.action_space} "
-            "(for continuous actions use Stable-Baselines3's PPO/SAC)"
+            f"{who} supports Discrete and bounded Box action spaces (Box: policy='MlpPolicy', a diagonal Gaussian), "
+            f"got {env.action_space}"
         )
     if isinstance(env.observation_space, (spaces.Dict, spaces.Tuple)):
         space = type(env.observation_space).__name__

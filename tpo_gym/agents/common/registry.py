@@ -282,8 +282,8 @@ def resolve_algorithm(reference: str) -> type:
 
 
 #: What a Stable-Baselines3 algorithm class is to the benchmark: one behaviour episode per context (a
-#: single-sample method), run in token and MNIST settings, logging no update diagnostics.
-SB3_SPEC = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist"), diagnostics=())
+#: single-sample method), run in token, MNIST and plain Gymnasium (``gym``) settings, logging no update diagnostics.
+SB3_SPEC = AlgorithmSpec(sampling="single", run_kinds=("token", "mnist", "gym"), diagnostics=())
 
 
 def is_sb3_algorithm(cls: Any) -> bool:

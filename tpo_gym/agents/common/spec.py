@@ -16,7 +16,7 @@ __all__ = ["AlgorithmSpec", "Diagnostic", "SAMPLINGS", "RUN_KINDS", "UPDATE_DIAG
 #: of a state scored: the supervised CE oracle).
 SAMPLINGS = ("group", "single", "oracle")
 #: The benchmark's run kinds an agent class can declare (``tabular_*`` also need :attr:`AlgorithmSpec.tabular`).
-RUN_KINDS = ("token", "mnist", "llm", "tabular_single", "tabular_multi")
+RUN_KINDS = ("token", "mnist", "llm", "tabular_single", "tabular_multi", "gym")
 
 @dataclasses.dataclass(frozen=True)
 class Diagnostic:

@@ -60,6 +60,7 @@ _STEP_TERMS = {
               "test error is measured every `eval_every` steps"),
     "llm": ("language model: one iteration: B prompts, K sampled completions each scored by the dataset's own "
             "scorer, then E optimiser steps over micro-batches of whole groups; step 0 is the base model"),
+    "gym": "Gymnasium env: one window of the setting's `window` env steps (`env_steps` counts them)",
 }
 _ERROR_TERMS = {
     "tabular_single": "single-context bandit: 1 − π(y*), the probability not on the correct arm",
@@ -73,6 +74,8 @@ _ERROR_TERMS = {
             "(`error` = 1 − it); `test_score` the mean score of greedy completions of the first `eval_size` "
             "held-out questions (the same dataset with another seed), every `eval_every` steps; `test_accuracy` "
             "the fraction of those scored 1"),
+    "gym": ("Gymnasium env: no error; `return` is the mean undiscounted return of the training episodes (sampled "
+            "actions, exploration noise included) that ended in the window"),
 }
 
 
