@@ -87,7 +87,7 @@ def run_units(spec: RunSpec) -> float:
     if spec.kind == "tabular_multi":
         return float(p.get("steps", 1000))
     if spec.kind == "gym":  # env steps (x GYM_SB3_FACTOR for an SB3 algorithm: its critic, its minibatches)
-        from tpo_gym.agents.registry import is_sb3_algorithm, resolve_algorithm
+        from tpo_gym.agents.common.registry import is_sb3_algorithm, resolve_algorithm
 
         return float(p.get("steps", 100_000)) * (GYM_SB3_FACTOR if is_sb3_algorithm(resolve_algorithm(spec.algo))
                                                      else 1.0)
