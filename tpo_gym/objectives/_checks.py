@@ -297,3 +297,26 @@ def _clipped_surrogate(
     adv = advantages.detach().to(_WIDE)
     return torch.minimum(ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv)
 
+
+def _check_distribution(x: torch.Tensor, mask: torch.Tensor | None, name: str = "q", builder: str = "tpo_target"
+                        ) -> None:
+    """``x >= 0`` and each group with a valid candidate sums to 1 within ``n_valid * eps``: the target distribution
+    ``name`` of a fit (TPO's ``q``, LPO's ``w``), which ``builder`` makes."""
+    def negative() -> NoReturn:
+        raise ValueError(f"{name} must be a target distribution ({name} >= 0), got a minimum of {x.min().item()!r}")
+
+    _fail_if((x < 0).any(), negative)
+    n = torch.full(x.shape[:-1], x.shape[-1], device=x.device) if mask is None else mask.sum(dim=-1)
+    sums = x.to(_WIDE).sum(dim=-1)  # masked entries are 0 already
+    eps = max(torch.finfo(x.dtype).eps, torch.finfo(torch.float32).eps)
+    off = (n > 0) & ((sums - 1).abs() > n * eps)
+
+    def not_normalised() -> NoReturn:
+        first = tuple(off.nonzero()[0].tolist())
+        raise ValueError(
+            f"{name} must be a target distribution ({name} >= 0 summing to 1 over the valid candidates of each "
+            f"group), but group {first} sums to {sums[first].item()!r}; {int(off.sum())} group(s) are off by more "
+            f"than n_valid * {eps:.3g} (build {name} with {builder})"
+        )
+
+    _fail_if(off.any(), not_normalised)

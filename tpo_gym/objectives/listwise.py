@@ -37,6 +37,7 @@ from tpo_gym.objectives._checks import (
     _LOGP_HINT,
     _WIDE,
     _as_tensor,
+    _check_distribution,
     _check_mask,
     _check_same_shape,
     _exclude,
@@ -161,28 +162,6 @@ def lpo_target(scores: torch.Tensor, tau: str | float = "std", mask: torch.Tenso
     return _masked_softmax(logits, mask).to(out)
 
 
-def _check_target(w: torch.Tensor, mask: torch.Tensor | None) -> None:
-    """``w >= 0`` and each group with a valid candidate sums to 1 within ``n_valid * eps`` (as ``tpo_loss``'s q)."""
-    def negative() -> NoReturn:
-        raise ValueError(f"w must be a target distribution (w >= 0), got a minimum of {w.min().item()!r}")
-
-    _fail_if((w < 0).any(), negative)
-    n = torch.full(w.shape[:-1], w.shape[-1], device=w.device) if mask is None else mask.sum(dim=-1)
-    sums = w.to(_WIDE).sum(dim=-1)  # masked entries are 0 already
-    eps = max(torch.finfo(w.dtype).eps, torch.finfo(torch.float32).eps)
-    off = (n > 0) & ((sums - 1).abs() > n * eps)
-
-    def not_normalised() -> NoReturn:
-        first = tuple(off.nonzero()[0].tolist())
-        raise ValueError(
-            f"w must be a target distribution (w >= 0 summing to 1 over the valid candidates of each group), but "
-            f"group {first} sums to {sums[first].item()!r}; {int(off.sum())} group(s) are off by more than "
-            f"n_valid * {eps:.3g} (build w with lpo_target)"
-        )
-
-    _fail_if(off.any(), not_normalised)
-
-
 def lpo_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -242,7 +221,7 @@ def lpo_loss(
     logp = _valid_values("logp", logp, mask, _LOGP_HINT)
     logp_old = _valid_values("logp_old", logp_old.detach(), mask, _LOGP_HINT)
     w = _valid_values("w", w.detach(), mask)
-    _check_target(w, mask)
+    _check_distribution(w, mask, "w", "lpo_target")
     out = torch.promote_types(logp.dtype, logp_old.dtype)
     valid = None if mask is None else mask.any(dim=-1)
     zero = torch.zeros((), dtype=_WIDE, device=logp.device)

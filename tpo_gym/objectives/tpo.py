@@ -13,6 +13,7 @@ from tpo_gym.objectives._checks import (
     _LOGP_HINT,
     _WIDE,
     _as_tensor,
+    _check_distribution,
     _check_index_range,
     _check_mask,
     _check_same_shape,
@@ -157,28 +158,6 @@ def tpo_loss(logp: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = No
         weight = weight.to(_WIDE) / n
     # value in the forward pass (the added term is exactly 0), gradient exactly (p - q) / G backward
     return value + (weight * (logp.to(_WIDE) - logp.detach().to(_WIDE))).sum().to(out)
-
-
-def _check_distribution(q: torch.Tensor, mask: torch.Tensor | None) -> None:
-    """``q >= 0`` and each group with a valid candidate sums to 1 within ``n_valid * eps`` (see :func:`tpo_loss`)."""
-    def negative_q() -> NoReturn:
-        raise ValueError(f"q must be a target distribution (q >= 0), got a minimum of {q.min().item()!r}")
-
-    _fail_if((q < 0).any(), negative_q)
-    n = torch.full(q.shape[:-1], q.shape[-1], device=q.device) if mask is None else mask.sum(dim=-1)
-    sums = q.to(_WIDE).sum(dim=-1)  # masked entries are 0 already
-    eps = max(torch.finfo(q.dtype).eps, torch.finfo(torch.float32).eps)
-    off = (n > 0) & ((sums - 1).abs() > n * eps)
-
-    def not_normalised() -> NoReturn:
-        first = tuple(off.nonzero()[0].tolist())
-        raise ValueError(
-            f"q must be a target distribution (q >= 0 summing to 1 over the valid candidates of each group), but "
-            f"group {first} sums to {sums[first].item()!r}; {int(off.sum())} group(s) are off by more than "
-            f"n_valid * {eps:.3g} (build q with tpo_target)"
-        )
-
-    _fail_if(off.any(), not_normalised)
 
 
 def onehot_advantage_scores(

@@ -2,12 +2,7 @@ r"""TailRL: Group PG with tail-likelihood advantages (Ramasubramanian et al. 202
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from stable_baselines3.common.type_aliases import GymEnv
-
-from tpo_gym.agents.common.base import GroupAlgorithm
+from tpo_gym.agents.algorithms.group_advantage import GroupAdvantageAlgorithm
 from tpo_gym.agents.common.registry import (
     GROUP_DIAGNOSTICS,
     TEXT_DIAGNOSTICS,
@@ -15,17 +10,13 @@ from tpo_gym.agents.common.registry import (
     AlgorithmSpec,
     register_algorithm,
 )
-from tpo_gym.agents.common.sampling import RolloutBatch
-from tpo_gym.agents.common.update import GroupAdvantageBatch
-from tpo_gym.agents.policies.categorical import CategoricalPolicy
-from tpo_gym.objectives import group_pg_loss
 from tpo_gym.objectives.listwise import tailrl_advantages
 
 __all__ = ["TailRL"]
 
 
 @register_algorithm
-class TailRL(GroupAlgorithm):
+class TailRL(GroupAdvantageAlgorithm):
     r"""Tail-likelihood RL: TPO's groups weighted by TailRL's gap-over-survivors advantages.
 
     The Group PG family (:class:`~tpo_gym.agents.GroupPG`'s groups and loss) with another advantage estimator.
@@ -51,14 +42,4 @@ class TailRL(GroupAlgorithm):
         diagnostics=(*UPDATE_DIAGNOSTICS, *GROUP_DIAGNOSTICS, *TEXT_DIAGNOSTICS),
     )
 
-    def __init__(self, policy: str | type[CategoricalPolicy], env: GymEnv | str | None, **kwargs: Any) -> None:
-        super().__init__(policy, env, **kwargs)
-
-    def prepare(self, batch: RolloutBatch, old: torch.Tensor) -> tuple[GroupAdvantageBatch, dict[str, Any]]:
-        """TailRL's advantages of every group (kept in ``u``, the weights of the group policy gradient)."""
-        scores, mask = self.group_scores(batch)
-        return GroupAdvantageBatch(u=tailrl_advantages(scores, mask), mask=mask), self.group_diagnostics(scores, mask)
-
-    def compute_loss(self, batch: RolloutBatch, prepared: GroupAdvantageBatch, current: torch.Tensor) -> torch.Tensor:
-        """:func:`~tpo_gym.objectives.group_pg_loss` with ``u = A`` and ``eta = 1``."""
-        return group_pg_loss(current, prepared.u, 1.0, prepared.mask)
+    group_advantages = staticmethod(tailrl_advantages)

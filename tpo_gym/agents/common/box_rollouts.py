@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tpo_gym.agents.common.sb3_conventions import episode_entries
+from tpo_gym.agents.common.rollouts import episode_summary, record_episode_ends
 from tpo_gym.envs.group import group_reset
 from tpo_gym.objectives import at_least_float32, working_dtype
 
@@ -91,22 +91,13 @@ def collect_box_rollouts(
         rewards[:, t] = np.asarray(reward, dtype=np.float32) * alive
         done = alive & (np.asarray(terminated) | np.asarray(truncated))
         if done.any():
-            for key, buf in (("score", ep_score), ("error", ep_error)):
-                if key in info:
-                    got = done & np.asarray(info.get("_" + key, np.ones(n, np.bool_)))
-                    buf[got] = np.asarray(info[key], dtype=np.float64)[got]
-            if "episode" in info or "is_success" in info:
-                end_infos = episode_entries(info, done, end_infos)
+            end_infos = record_episode_ends(info, done, ep_score, ep_error, end_infos)
         alive &= ~done
         if not alive.any():
             steps = t + 1
             break
 
-    mask = mask[:, :steps]
-    returns = rewards[:, :steps].sum(axis=1)
-    lengths = mask.sum(axis=1)
-    episode_scores = np.where(np.isnan(ep_score), returns / horizon, ep_score)
-    error = float(np.mean(np.where(np.isnan(ep_error), 1.0 - episode_scores, ep_error)))
+    mask, returns, lengths, episode_scores, error = episode_summary(rewards, mask, steps, ep_score, ep_error, horizon)
     candidates = samples[:, :steps].contiguous().to(device) if n_candidates else None
     return RolloutBatch(
         obs=torch.from_numpy(np.ascontiguousarray(obs_buf[:, :steps])).to(device),

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
+from tpo_gym.agents.common.sb3_conventions import episode_entries
 from tpo_gym.envs.group import SyncGroupVectorEnv
 
-__all__ = ["RolloutEnv", "RolloutBatch"]
+__all__ = ["RolloutEnv", "RolloutBatch", "record_episode_ends", "episode_summary"]
 
 
 @dataclass
@@ -104,3 +106,31 @@ class RolloutBatch:
             return self.rewards
         to_go = self.rewards.flip(-1).cumsum(-1).flip(-1)
         return to_go if self.step_mask is None else to_go * self.step_mask
+
+
+def record_episode_ends(info: dict[str, Any], done: np.ndarray, ep_score: np.ndarray, ep_error: np.ndarray,
+                        end_infos: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """At a step where the sub-envs ``done`` ended their episodes: their ``info["score"]`` / ``info["error"]``
+    into ``ep_score`` / ``ep_error`` (in place) and their ``"episode"`` / ``"is_success"`` entries into
+    ``end_infos`` (returned)."""
+    n = len(done)
+    for key, buf in (("score", ep_score), ("error", ep_error)):
+        if key in info:
+            got = done & np.asarray(info.get("_" + key, np.ones(n, np.bool_)))
+            buf[got] = np.asarray(info[key], dtype=np.float64)[got]
+    if "episode" in info or "is_success" in info:
+        end_infos = episode_entries(info, done, end_infos)
+    return end_infos
+
+
+def episode_summary(rewards: np.ndarray, mask: np.ndarray, steps: int, ep_score: np.ndarray, ep_error: np.ndarray,
+                    horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """``(mask, returns, lengths, episode_scores, error)`` of rollouts that took ``steps`` steps: the episode score
+    is the env's ``info["score"]`` where it gave one, else ``return / horizon``; the error the env's
+    ``info["error"]`` where it gave one, else ``1 - score``, averaged over the rollouts."""
+    mask = mask[:, :steps]
+    returns = rewards[:, :steps].sum(axis=1)
+    lengths = mask.sum(axis=1)
+    episode_scores = np.where(np.isnan(ep_score), returns / horizon, ep_score)
+    error = float(np.mean(np.where(np.isnan(ep_error), 1.0 - episode_scores, ep_error)))
+    return mask, returns, lengths, episode_scores, error

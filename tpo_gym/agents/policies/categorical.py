@@ -35,7 +35,7 @@ from torch import nn
 from tpo_gym._io import atomic_writer
 from tpo_gym.agents.files import serialization
 
-__all__ = ["CategoricalPolicy", "MlpPolicy", "check_observations", "is_empty_batch", "stacked_linear", "SETUPS"]
+__all__ = ["CategoricalPolicy", "MlpPolicy", "check_observations", "is_empty_batch", "stacked_linear", "mlp", "SETUPS"]
 
 #: The transformer's named setups: this project's PyTorch port, and the reference code's.
 SETUPS = ("tuned", "reference")
@@ -120,6 +120,28 @@ def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 # --------------------------------------------------------------------------------------------
 # base
 # --------------------------------------------------------------------------------------------
+def mlp(in_dim: int, net_arch: list[int], activation_fn: type[nn.Module], out_dim: int, setup: str) -> nn.Sequential:
+    """The MLP of :class:`MlpPolicy` (and of the Gaussian head's mean): ``Linear`` + activation per width of
+    ``net_arch``, then a ``Linear`` to ``out_dim``; PyTorch's initialisation, or the reference code's
+    (:func:`~tpo_gym.agents.policies.reference_setup.flax_dense_init_`) with ``setup="reference"``.
+
+    :raises ValueError: a width below 1.
+    """
+    if any(w < 1 for w in net_arch):
+        raise ValueError(f"net_arch widths must be >= 1, got {list(net_arch)}")
+    layers: list[nn.Module] = []
+    for width in net_arch:
+        layers += [nn.Linear(in_dim, width), activation_fn()]
+        in_dim = width
+    layers.append(nn.Linear(in_dim, out_dim))
+    net = nn.Sequential(*layers)
+    if setup == "reference":
+        from tpo_gym.agents.policies.reference_setup import flax_dense_init_
+
+        flax_dense_init_(net)
+    return net
+
+
 class CategoricalPolicy(BasePolicy):
     """A policy with a categorical distribution over a ``Discrete`` action space.
 
@@ -299,20 +321,8 @@ class MlpPolicy(CategoricalPolicy):
         super().__init__(observation_space, action_space, lr_schedule, optimizer_class, optimizer_kwargs)
         self.setup = setup
         self.net_arch = [int(w) for w in net_arch]
-        if any(w < 1 for w in self.net_arch):
-            raise ValueError(f"net_arch widths must be >= 1, got {list(net_arch)}")
         self.activation_fn = activation_fn
-        in_dim = int(spaces.flatdim(observation_space))
-        layers: list[nn.Module] = []
-        for width in self.net_arch:
-            layers += [nn.Linear(in_dim, width), activation_fn()]
-            in_dim = width
-        layers.append(nn.Linear(in_dim, self.n_actions))
-        self.net = nn.Sequential(*layers)
-        if self.setup == "reference":
-            from tpo_gym.agents.policies.reference_setup import flax_dense_init_
-
-            flax_dense_init_(self.net)
+        self.net = mlp(int(spaces.flatdim(observation_space)), self.net_arch, activation_fn, self.n_actions, setup)
         self._build_optimizer(lr_schedule)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

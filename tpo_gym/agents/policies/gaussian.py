@@ -44,7 +44,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
 from tpo_gym._validation import check_bool, check_choice, check_float
-from tpo_gym.agents.policies.categorical import SETUPS, MlpPolicy, is_empty_batch, stacked_linear
+from tpo_gym.agents.policies.categorical import SETUPS, MlpPolicy, is_empty_batch, mlp, stacked_linear
 
 __all__ = ["GaussianMlpPolicy", "gaussian_log_prob", "tanh_log_abs_det", "check_box_action_space",
            "check_box_agent", "box_view", "is_box_policy"]
@@ -138,20 +138,8 @@ class GaussianMlpPolicy(MlpPolicy):
         self.n_actions = 2 * self.action_dim
         self.setup = setup
         self.net_arch = [int(w) for w in net_arch]
-        if any(w < 1 for w in self.net_arch):
-            raise ValueError(f"net_arch widths must be >= 1, got {list(net_arch)}")
         self.activation_fn = activation_fn
-        in_dim = int(spaces.flatdim(observation_space))
-        layers: list[nn.Module] = []
-        for width in self.net_arch:
-            layers += [nn.Linear(in_dim, width), activation_fn()]
-            in_dim = width
-        layers.append(nn.Linear(in_dim, self.action_dim))
-        self.net = nn.Sequential(*layers)
-        if self.setup == "reference":
-            from tpo_gym.agents.policies.reference_setup import flax_dense_init_
-
-            flax_dense_init_(self.net)
+        self.net = mlp(int(spaces.flatdim(observation_space)), self.net_arch, activation_fn, self.action_dim, setup)
         self.log_std = nn.Parameter(torch.full((self.action_dim,), self.log_std_init))
         self._low = np.asarray(action_space.low, dtype=np.float64).reshape(-1)
         self._high = np.asarray(action_space.high, dtype=np.float64).reshape(-1)
